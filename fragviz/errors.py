@@ -1,0 +1,34 @@
+"""The one error root of fragviz and its few narrow subclasses.
+
+Every error that fragviz raises on purpose is a FragvizError: its message is one line that says what is
+wrong and, where it helps, what to do. The CLI turns it into that line on stderr and exit status 2; the
+UI shows it as a message, never as a traceback.
+"""
+from __future__ import annotations
+
+
+class FragvizError(Exception):
+    """Root of every error fragviz raises on purpose."""
+
+    exit_code = 2
+
+
+class SnapshotFormatError(FragvizError):
+    """A file that cannot be read as a PyTorch memory snapshot."""
+
+    def __init__(self, source: str, problem: str) -> None:
+        super().__init__(f"{source}: {problem}")
+        self.source = source
+        self.problem = problem
+
+
+class StoreError(FragvizError):
+    """The timeline store cannot be opened, read or written."""
+
+
+class NotFoundError(StoreError):
+    """An id or name that the store does not hold."""
+
+
+class UsageError(FragvizError):
+    """Arguments that do not fit together (an event index out of range, an unknown device)."""

@@ -1,0 +1,95 @@
+"""Frame and stack interning: every distinct frame and every distinct stack is kept once."""
+from __future__ import annotations
+
+from typing import Any
+
+from fragviz.model import NO_STACK, Frame
+
+# PyTorch's viewers hide these frames (torch/cuda/_memory_viz.py and MemoryViz.js use the same lists).
+_INTERNAL_NAMES = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
+                   "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_")
+_INTERNAL_FILES = ("core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c",
+                   "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c",
+                   "cpython/abstract.h")
+_CPP_SUFFIXES = (".cpp", ".h", ".cc", ".cu", ".hpp", ".c")
+
+
+def is_internal(frame: Frame) -> bool:
+    """True for frames PyTorch's own viewer filters out (unwinder, interpreter and dispatcher frames)."""
+    return any(n in frame.name for n in _INTERNAL_NAMES) or any(f in frame.filename for f in _INTERNAL_FILES)
+
+
+def is_user_frame(frame: Frame) -> bool:
+    """A Python frame outside torch's own package: where a user would look first."""
+    fn = frame.filename
+    if is_internal(frame) or fn in ("??", "") or fn.endswith(_CPP_SUFFIXES):
+        return False
+    return "/torch/" not in fn and not fn.startswith("<frozen")
+
+
+class StackInterner:
+    """Maps frame lists to stack ids, deduplicating frames and stacks by content.
+
+    Real snapshots often share frame dicts between entries, so a first-level cache keyed by the ids of the
+    frame objects skips the content hashing; it is valid only while the raw data it was built from is
+    alive, which is the lifetime of one parse. It switches itself off when it stops paying.
+    """
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.stacks: list[tuple[int, ...]] = []
+        self._frame_ids: dict[tuple[str, int, str], int] = {}
+        self._stack_ids: dict[tuple[int, ...], int] = {}
+        self._by_objects: dict[tuple[int, ...], int] | None = {}
+        self._lookups = 0
+        self._hits = 0
+
+    def intern(self, frames: Any) -> int:
+        if not frames:
+            return NO_STACK
+        cache = self._by_objects
+        if cache is not None:
+            key = tuple(map(id, frames))
+            sid = cache.get(key)
+            if sid is not None:
+                self._hits += 1
+                return sid
+            sid = self._intern_content(frames)
+            self._remember(key, sid)
+            return sid
+        return self._intern_content(frames)
+
+    def _remember(self, key: tuple[int, ...], sid: int) -> None:
+        self._lookups += 1
+        if self._lookups == 20000 and self._hits < self._lookups // 10:
+            self._by_objects = None  # frames are not shared objects here: content keys only
+            return
+        self._by_objects[key] = sid  # type: ignore[index]
+
+    def _intern_content(self, frames: Any) -> int:
+        key = tuple(self._frame_id(f) for f in frames)
+        sid = self._stack_ids.get(key)
+        if sid is None:
+            sid = len(self.stacks)
+            self.stacks.append(key)
+            self._stack_ids[key] = sid
+        return sid
+
+    def _frame_id(self, f: Any) -> int:
+        if isinstance(f, dict):
+            key = (str(f.get("filename", "")), _as_int(f.get("line", 0)), str(f.get("name", "")))
+        else:
+            key = ("", 0, str(f))
+        fid = self._frame_ids.get(key)
+        if fid is None:
+            fid = len(self.frames)
+            self.frames.append(Frame(*key))
+            self._frame_ids[key] = fid
+        return fid
+
+
+def _as_int(v: Any) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
