@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -45,9 +45,9 @@ class DeviceReplay:
 
     device: int
     trace: Trace
-    series: dict[str, np.ndarray]
+    series: Mapping[str, np.ndarray]
     block_size: np.ndarray
-    checkpoints: dict[int, dict[str, np.ndarray]]
+    checkpoints: Mapping[int, dict[str, np.ndarray]]
     sizer: Sizer
     warnings: list[str] = field(default_factory=list)
     pre_trace_blocks: int = 0
@@ -70,16 +70,27 @@ class DeviceReplay:
         return np.clip(frag, 0.0, 1.0)
 
 
-def restore_layout(checkpoints: dict[int, dict[str, np.ndarray]], trace: Trace, block_size: np.ndarray,
-                   k: int, sizer: Sizer, checkpoint_every: int = CHECKPOINT_EVERY) -> Layout:
-    """The layout after `k` events: the checkpoint at or before k, then the events up to k."""
-    base = (k // checkpoint_every) * checkpoint_every
-    while base not in checkpoints:
-        base -= checkpoint_every
+def restore_layout(checkpoints: Mapping[int, dict[str, np.ndarray]], trace: Trace, block_size: np.ndarray,
+                   k: int, sizer: Sizer, offset: int = 0) -> Layout:
+    """The layout after `k` events: the checkpoint at or before k, then the events up to k.
+
+    `trace` and `block_size` may be a slice of the device's trace starting at event `offset`, as long as
+    it holds the events from that checkpoint up to k.
+    """
+    base = checkpoint_before(checkpoints, k)
     segs, blocks = segs_and_blocks(checkpoints[base])
     layout = build_layout(segs, blocks, sizer)
-    run_forward(layout, trace, block_size.copy(), base, k, record=False)
+    run_forward(layout, trace, block_size, base - offset, k - offset, record=False, offset=offset)
     return layout
+
+
+def checkpoint_before(checkpoints: Mapping[int, object], k: int) -> int:
+    base = (k // CHECKPOINT_EVERY) * CHECKPOINT_EVERY
+    while base not in checkpoints:
+        base -= CHECKPOINT_EVERY
+        if base < 0:
+            raise KeyError(f"no checkpoint at or before event {k}")
+    return base
 
 
 def replay_device(snapshot: Snapshot, device: int, settings: AllocatorSettings | None = None,

@@ -11,7 +11,6 @@ _INTERNAL_NAMES = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_c
 _INTERNAL_FILES = ("core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c",
                    "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c",
                    "cpython/abstract.h")
-_CPP_SUFFIXES = (".cpp", ".h", ".cc", ".cu", ".hpp", ".c")
 
 
 def is_internal(frame: Frame) -> bool:
@@ -22,7 +21,7 @@ def is_internal(frame: Frame) -> bool:
 def is_user_frame(frame: Frame) -> bool:
     """A Python frame outside torch's own package: where a user would look first."""
     fn = frame.filename
-    if is_internal(frame) or fn in ("??", "") or fn.endswith(_CPP_SUFFIXES):
+    if is_internal(frame) or not fn.endswith(".py"):
         return False
     return "/torch/" not in fn and not fn.startswith("<frozen")
 
@@ -90,6 +89,7 @@ class StackInterner:
 
 def _as_int(v: Any) -> int:
     try:
-        return int(v)
-    except (TypeError, ValueError):
+        v = int(v)
+    except (TypeError, ValueError, OverflowError):
         return 0
+    return v if -(1 << 63) <= v < (1 << 63) else 0

@@ -66,11 +66,16 @@ def read_raw(path: str, name: str | None = None) -> RawSnapshot:
     return decode_bytes(data, source)
 
 
-def decode_bytes(data: bytes, source: str) -> RawSnapshot:
+def content_hash(data: bytes) -> str:
+    """The identity of a snapshot file in the store: the SHA-256 of its bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def decode_bytes(data: bytes, source: str, digest: str | None = None) -> RawSnapshot:
     """Decode file bytes (pickle, gzip-compressed pickle or JSON) to plain data."""
     if not data:
         raise SnapshotFormatError(source, "is empty")
-    digest = hashlib.sha256(data).hexdigest()
+    digest = digest or content_hash(data)
     size = len(data)
     compression = None
     if data[:2] == b"\x1f\x8b":

@@ -1,0 +1,102 @@
+"""A snapshot analysed: every device replayed, and the warnings a user should read before trusting figures."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from fragviz.allocator.config import AllocatorSettings, settings_from_snapshot
+from fragviz.metrics import state_figures
+from fragviz.model import (ALLOC, FREE_COMPLETED, NO_STACK, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
+                           SEGMENT_UNMAP, Snapshot, Trace)
+from fragviz.replay import DeviceReplay, replay_device
+
+Progress = Callable[[int, int], None]  # (events done, events in all)
+
+
+@dataclass
+class Analysis:
+    snapshot: Snapshot
+    replays: dict[int, DeviceReplay]
+    settings: AllocatorSettings
+    warnings: list[str]
+
+
+@dataclass(frozen=True)
+class TraceTotals:
+    start_requested: int
+    peak_requested: int
+    start_reserved: int
+    peak_reserved: int
+    warnings: tuple[str, ...]
+
+
+def analyze(snapshot: Snapshot, progress: Progress | None = None) -> Analysis:
+    """Replay every device of `snapshot` and collect what does not add up."""
+    settings = settings_from_snapshot(snapshot.allocator_settings)
+    total = sum(len(t) for t in snapshot.traces.values()) or 1
+    done = 0
+    replays = {}
+    for device in snapshot.devices():
+        tick = None
+        if progress is not None:
+            tick = (lambda base: lambda event: progress(base + event, total))(done)
+        replays[device] = replay_device(snapshot, device, settings, progress=tick)
+        done += len(snapshot.trace_of(device))
+    warnings = list(snapshot.warnings)
+    for device, replay in replays.items():
+        warnings.extend(replay.warnings)
+        warnings.extend(trace_totals(snapshot, device).warnings)
+        warnings.extend(capture_health(snapshot, replay))
+    if progress is not None:
+        progress(total, total)
+    return Analysis(snapshot, replays, settings, warnings)
+
+
+def trace_totals(snapshot: Snapshot, device: int) -> TraceTotals:
+    """Requested and reserved bytes at the start of the trace and at their peak while walking it."""
+    trace = snapshot.trace_of(device)
+    final = state_figures(snapshot.segments_of(device))
+    req_start, req_peak, req_warn = _walk(trace, (ALLOC,), (FREE_COMPLETED,), final.requested_bytes)
+    res_start, res_peak, res_warn = _walk(trace, (SEGMENT_ALLOC, SEGMENT_MAP), (SEGMENT_FREE, SEGMENT_UNMAP),
+                                          final.reserved_bytes)
+    warnings = []
+    if req_warn:
+        warnings.append(f"device {device}: the trace frees {req_warn} more requested bytes than the final state "
+                        "and its allocs explain; start_requested_bytes is reported as 0")
+    if res_warn:
+        warnings.append(f"device {device}: the trace releases {res_warn} more segment bytes than the final "
+                        "segments and its segment allocs explain; start_reserved_bytes is reported as 0")
+    return TraceTotals(req_start, req_peak, res_start, res_peak, tuple(warnings))
+
+
+def _walk(trace: Trace, adds: tuple[int, ...], subs: tuple[int, ...], final: int) -> tuple[int, int, int]:
+    if not len(trace):
+        return final, final, 0
+    delta = np.where(np.isin(trace.action, adds), trace.size, 0) - np.where(np.isin(trace.action, subs),
+                                                                            trace.size, 0)
+    start = final - int(delta.sum())
+    shortfall = 0
+    if start < 0:
+        shortfall, start = -start, 0
+    peak = max(start, start + int(np.cumsum(delta).max()))
+    return start, peak, shortfall
+
+
+def capture_health(snapshot: Snapshot, replay: DeviceReplay) -> list[str]:
+    """What the way the snapshot was captured hides: a missing or truncated trace, missing stacks."""
+    device, n = replay.device, len(replay.trace)
+    out = []
+    if n == 0:
+        out.append(f"device {device}: no trace was recorded (memory history was off): only the final state is known")
+    elif replay.pre_trace_blocks or replay.pre_trace_segments:
+        out.append(f"device {device}: the trace covers only the last {n} events: {replay.pre_trace_blocks} blocks "
+                   f"and {replay.pre_trace_segments} segments predate its first event (ring buffer full, or "
+                   "history enabled mid-run)")
+    segs = snapshot.segments_of(device)
+    live = [b for s in segs for b in s.blocks if b.state.is_active]
+    if live and all(b.stack == NO_STACK for b in live) and (n == 0 or (replay.trace.stack == NO_STACK).all()):
+        out.append(f"device {device}: no stacks were recorded, so allocation sites are unknown "
+                   "(record history with context='all')")
+    return out

@@ -1,0 +1,86 @@
+"""Ingest: file -> safe load -> parse -> replay -> store, one transaction per file."""
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Callable
+
+from fragviz.analysis import analyze
+from fragviz.errors import FragvizError, SnapshotFormatError
+from fragviz.snapshot.loader import content_hash, decode_bytes
+from fragviz.snapshot.parse import parse_snapshot
+from fragviz.store.writer import find_by_hash, write_analysis
+
+PhaseFn = Callable[[str], None]
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    file: str
+    id: int | None
+    status: str  # "ingested", "unchanged" or "error"
+    error: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"file": self.file, "id": self.id, "status": self.status, "error": self.error}
+
+
+def ingest_file(conn: sqlite3.Connection, path: str, name: str | None = None, phase: PhaseFn | None = None,
+                progress: ProgressFn | None = None) -> IngestResult:
+    """Ingest the file at `path`; errors come back as a result, and leave the store as it was."""
+    source = name or path
+
+    def read() -> bytes:
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()
+        except IsADirectoryError:
+            raise SnapshotFormatError(source, "is a directory, not a snapshot file") from None
+        except OSError as exc:
+            raise SnapshotFormatError(source, f"cannot be read ({exc.strerror or exc})") from None
+
+    return _guarded(conn, read, source, phase, progress)
+
+
+def ingest_bytes(conn: sqlite3.Connection, data: bytes, source: str, phase: PhaseFn | None = None,
+                 progress: ProgressFn | None = None) -> IngestResult:
+    """Ingest a snapshot held in memory (an upload) under the name `source`."""
+    return _guarded(conn, lambda: data, source, phase, progress)
+
+
+def _guarded(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, phase: PhaseFn | None,
+             progress: ProgressFn | None) -> IngestResult:
+    try:
+        return _ingest(conn, read, source, phase or (lambda _: None), progress)
+    except FragvizError as exc:
+        return IngestResult(source, None, "error", str(exc))
+    except MemoryError:
+        return IngestResult(source, None, "error", f"{source}: too large to ingest in the memory available")
+    except sqlite3.Error as exc:
+        return IngestResult(source, None, "error", f"{source}: the store refused the write ({exc})")
+    except Exception as exc:  # a bug must not take the other files of a batch down, nor leave a partial write
+        return IngestResult(source, None, "error", f"{source}: could not be ingested ({type(exc).__name__}: "
+                                                   f"{exc}); this is a fragviz bug, please report it")
+
+
+def _ingest(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, phase: PhaseFn,
+            progress: ProgressFn | None) -> IngestResult:
+    phase("read")
+    data = read()
+    digest = content_hash(data)
+    existing = find_by_hash(conn, digest)
+    if existing is not None:
+        return IngestResult(source, existing, "unchanged")
+    phase("decode")
+    raw = decode_bytes(data, source, digest)
+    del data  # only this frame held the bytes: free them before the parse
+    phase("parse")
+    snapshot = parse_snapshot(raw)
+    size = raw.file_size
+    del raw  # the plain data is the largest thing in memory: let it go before the replay
+    phase("replay")
+    analysis = analyze(snapshot, progress)
+    phase("store")
+    sid, new = write_analysis(conn, analysis, digest, size)
+    return IngestResult(source, sid, "ingested" if new else "unchanged")

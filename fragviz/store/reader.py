@@ -1,0 +1,259 @@
+"""Read-only queries on the store, returning model objects and small records; one connection per thread."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from fragviz.allocator.config import settings_from_snapshot
+from fragviz.analysis import Analysis
+from fragviz.columns import decode_columns
+from fragviz.errors import NotFoundError, UsageError
+from fragviz.metrics import StateFigures, state_figures
+from fragviz.model import Block, BlockState, Frame, FormatInfo, Segment, Snapshot, Trace, empty_trace
+from fragviz.replay import DeviceReplay, checkpoint_before, restore_layout
+from fragviz.replay.layout import default_sizer
+from fragviz.replay.state import layout_segments
+from fragviz.store.schema import CHUNK_EVENTS, connect
+from fragviz.store.writer import TRACE_COLUMNS
+
+
+@dataclass(frozen=True)
+class SnapshotRow:
+    id: int
+    name: str
+    content_hash: str
+    file_size: int
+    added_at: str
+    devices: list[int]
+    warnings: list[str]
+    summary: dict[str, Any]
+
+
+class StoreReader:
+    """Read access to one store file. Safe to share between threads (each gets its own connection)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._conn()  # fail early on a missing or foreign file
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = connect(self.path, readonly=True)
+        return conn
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # -- listing ---------------------------------------------------------------------------------------
+    def list_snapshots(self) -> list[SnapshotRow]:
+        rows = self._conn().execute(
+            "SELECT id, name, content_hash, file_size, added_at, warnings, summary FROM snapshots ORDER BY id DESC")
+        return [_row(r) for r in rows]
+
+    def snapshot_row(self, sid: int) -> SnapshotRow:
+        r = self._conn().execute("SELECT id, name, content_hash, file_size, added_at, warnings, summary "
+                                 "FROM snapshots WHERE id = ?", (sid,)).fetchone()
+        if r is None:
+            raise NotFoundError(f"{self.path}: no snapshot with id {sid}")
+        return _row(r)
+
+    # -- whole snapshots -------------------------------------------------------------------------------
+    def load_analysis(self, sid: int) -> Analysis:
+        """The snapshot as ingested, with lazily loaded replays: reports from it equal reports of the file."""
+        conn = self._conn()
+        row = conn.execute("SELECT name, format, warnings, allocator_settings, external_annotations, strings "
+                           "FROM snapshots WHERE id = ?", (sid,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"{self.path}: no snapshot with id {sid}")
+        name, fmt, warnings, settings, annotations, strings = row
+        frames, stacks = self._stacks(sid)
+        devices = self._devices(sid)
+        traces = {d: self.trace(sid, d, info["action_names"]) for d, info in devices.items()}
+        snap = Snapshot(
+            source=name, format=FormatInfo(**{**json.loads(fmt), "features": tuple(json.loads(fmt)["features"])}),
+            segments=tuple(self._final_segments(sid)), traces=traces, frames=frames, stacks=stacks,
+            strings=tuple(json.loads(strings)), allocator_settings=_loads(settings),
+            external_annotations=_loads(annotations), warnings=json.loads(warnings))
+        alloc_settings = settings_from_snapshot(snap.allocator_settings)
+        sizer = default_sizer(alloc_settings)
+        replays = {}
+        for d, info in devices.items():
+            trace = traces[d]
+            replays[d] = DeviceReplay(
+                d, trace, _LazySeries(self, sid, d), self._block_sizes(sid, d), _LazyCheckpoints(self, sid, d),
+                sizer, info["warnings"], info["pre_trace_blocks"], info["pre_trace_segments"])
+        return Analysis(snap, replays, alloc_settings, list(snap.warnings))
+
+    def _devices(self, sid: int) -> dict[int, dict[str, Any]]:
+        rows = self._conn().execute("SELECT device, trace_events, action_names, pre_trace_blocks, "
+                                    "pre_trace_segments, warnings FROM devices WHERE snapshot_id = ? ORDER BY device",
+                                    (sid,))
+        return {r[0]: {"trace_events": r[1], "action_names": tuple(json.loads(r[2])), "pre_trace_blocks": r[3],
+                       "pre_trace_segments": r[4], "warnings": json.loads(r[5])} for r in rows}
+
+    def _stacks(self, sid: int) -> tuple[tuple[Frame, ...], tuple[tuple[int, ...], ...]]:
+        conn = self._conn()
+        frame_index: dict[int, int] = {}
+        frames: list[Frame] = []
+        stacks = []
+        rows = conn.execute("SELECT ss.local_id, st.frame_ids FROM snapshot_stacks ss JOIN stacks st "
+                            "ON st.id = ss.stack_id WHERE ss.snapshot_id = ? ORDER BY ss.local_id", (sid,))
+        raw = [(local, np.frombuffer(blob, np.int64).tolist()) for local, blob in rows]
+        wanted = sorted({f for _, ids in raw for f in ids})
+        for chunk in range(0, len(wanted), 500):
+            part = wanted[chunk:chunk + 500]
+            q = f"SELECT id, filename, line, name FROM frames WHERE id IN ({','.join('?' * len(part))})"
+            for fid, filename, line, fname in conn.execute(q, part):
+                frame_index[fid] = len(frames)
+                frames.append(Frame(filename, line, fname))
+        for _, ids in raw:
+            stacks.append(tuple(frame_index[f] for f in ids))
+        return tuple(frames), tuple(stacks)
+
+    def _final_segments(self, sid: int) -> Iterator[Segment]:
+        conn = self._conn()
+        blocks: dict[tuple[int, int], list[Block]] = {}
+        for dev, so, addr, size, req, state, stack in conn.execute(
+                "SELECT device, segment_ord, address, size, requested_size, state, stack FROM blocks "
+                "WHERE snapshot_id = ? ORDER BY device, segment_ord, ord", (sid,)):
+            blocks.setdefault((dev, so), []).append(Block(addr, size, req, BlockState(state), stack))
+        for dev, so, addr, total, stream, pool, pa, pb, exp, stack in conn.execute(
+                "SELECT device, ord, address, total_size, stream, pool, pool_id_a, pool_id_b, is_expandable, stack "
+                "FROM segments WHERE snapshot_id = ? ORDER BY device, ord", (sid,)):
+            yield Segment(dev, addr, total, stream, pool, tuple(blocks.get((dev, so), ())),
+                          None if pa is None else (pa, pb), None if exp is None else bool(exp), stack)
+
+    # -- traces and series -----------------------------------------------------------------------------
+    def _trace_chunks(self, sid: int, device: int, lo: int = 0, hi: int | None = None) -> list[dict]:
+        hi = (1 << 62) if hi is None else hi
+        rows = self._conn().execute("SELECT data FROM trace_chunks WHERE snapshot_id = ? AND device = ? "
+                                    "AND chunk >= ? AND chunk <= ? ORDER BY chunk", (sid, device, lo, hi))
+        return [decode_columns(r[0]) for r in rows]
+
+    def trace(self, sid: int, device: int, action_names: tuple[str, ...]) -> Trace:
+        return _trace_from(device, self._trace_chunks(sid, device), action_names)
+
+    def _block_sizes(self, sid: int, device: int) -> np.ndarray:
+        chunks = self._trace_chunks(sid, device)
+        return np.concatenate([c["block_size"] for c in chunks]) if chunks else np.zeros(0, np.int64)
+
+    def series(self, sid: int, device: int) -> dict[str, np.ndarray]:
+        rows = self._conn().execute("SELECT data FROM series_chunks WHERE snapshot_id = ? AND device = ? "
+                                    "ORDER BY chunk", (sid, device)).fetchall()
+        chunks = [decode_columns(r[0]) for r in rows]
+        if not chunks:
+            raise NotFoundError(f"{self.path}: snapshot {sid} has no device {device}")
+        return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+    def checkpoint(self, sid: int, device: int, event: int) -> dict[str, np.ndarray] | None:
+        row = self._conn().execute("SELECT data FROM checkpoints WHERE snapshot_id = ? AND device = ? AND event = ?",
+                                   (sid, device, event)).fetchone()
+        return decode_columns(row[0]) if row else None
+
+    # -- one past state, fast --------------------------------------------------------------------------
+    def device_state(self, sid: int, device: int, k: int | None = None) -> tuple[list[Segment], StateFigures, int]:
+        """Segments and blocks of `device` after `k` events (the last event when None), and the event used.
+
+        Reads one checkpoint and one trace chunk, then replays at most CHUNK_EVENTS events.
+        """
+        devices = self._devices(sid)
+        if device not in devices:
+            self.snapshot_row(sid)
+            raise NotFoundError(f"{self.path}: snapshot {sid} has no device {device}")
+        n = devices[device]["trace_events"]
+        k = n if k is None else k
+        if not 0 <= k <= n:
+            raise UsageError(f"event {k} is out of range for device {device} (its trace has {n} events)")
+        if k == n:
+            segments = [s for s in self._final_segments(sid) if s.device == device]
+            return segments, state_figures(segments), k
+        checkpoints = _LazyCheckpoints(self, sid, device)
+        base = checkpoint_before(checkpoints, k)
+        chunk = base // CHUNK_EVENTS
+        cols = self._trace_chunks(sid, device, chunk, chunk + (k - base) // CHUNK_EVENTS)
+        trace = _trace_from(device, cols, devices[device]["action_names"])
+        sizes = np.concatenate([c["block_size"] for c in cols]) if cols else np.zeros(0, np.int64)
+        layout = restore_layout(checkpoints, trace, sizes, k, default_sizer(settings_from_snapshot(None)),
+                                offset=chunk * CHUNK_EVENTS)
+        segments = layout_segments(layout, device)
+        return segments, state_figures(segments), k
+
+
+def _trace_from(device: int, chunks: list[dict], action_names: tuple[str, ...]) -> Trace:
+    if not chunks:
+        return empty_trace(device)
+    cols = {name: np.concatenate([c[name] for c in chunks]) for name in TRACE_COLUMNS}
+    return Trace(device=device, action_names=tuple(action_names), **cols)
+
+
+class _LazyCheckpoints(Mapping):
+    def __init__(self, reader: StoreReader, sid: int, device: int) -> None:
+        self._reader, self._sid, self._device = reader, sid, device
+        self._cache: dict[int, dict[str, np.ndarray]] = {}
+        self._events: set[int] | None = None
+
+    def _keys(self) -> set[int]:
+        if self._events is None:
+            rows = self._reader._conn().execute(
+                "SELECT event FROM checkpoints WHERE snapshot_id = ? AND device = ?", (self._sid, self._device))
+            self._events = {r[0] for r in rows}
+        return self._events
+
+    def __getitem__(self, event: int) -> dict[str, np.ndarray]:
+        if event not in self._cache:
+            cols = self._reader.checkpoint(self._sid, self._device, event)
+            if cols is None:
+                raise KeyError(event)
+            self._cache[event] = cols
+        return self._cache[event]
+
+    def __contains__(self, event: object) -> bool:
+        return event in self._keys()
+
+    def __iter__(self):
+        return iter(sorted(self._keys()))
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+
+class _LazySeries(Mapping):
+    def __init__(self, reader: StoreReader, sid: int, device: int) -> None:
+        self._reader, self._sid, self._device = reader, sid, device
+        self._data: dict[str, np.ndarray] | None = None
+
+    def _load(self) -> dict[str, np.ndarray]:
+        if self._data is None:
+            self._data = self._reader.series(self._sid, self._device)
+        return self._data
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self._load()[key]
+
+    def __iter__(self):
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+def _row(r: tuple) -> SnapshotRow:
+    sid, name, digest, size, added, warnings, summary = r
+    summary = json.loads(summary)
+    return SnapshotRow(sid, name, digest, size, added, [d["device"] for d in summary["devices"]],
+                       json.loads(warnings), summary)
+
+
+def _loads(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
