@@ -7,6 +7,7 @@ checkpoints so that any past state can be restored quickly. Block sizes that the
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,6 +121,13 @@ class ForwardResult:
 SERIES = ("allocated", "requested", "reserved", "free_gaps", "largest_gap")
 
 
+def _filled(changed: array, values: list[array], first: int, last: int) -> dict[str, np.ndarray]:
+    """Series for the states after events first..last, from the values recorded at the states that changed."""
+    changed.append(last + 1)
+    repeats = np.diff(np.frombuffer(changed, np.int64))  # `changed` is strictly increasing
+    return {name: np.repeat(np.frombuffer(v, np.int64), repeats) for name, v in zip(SERIES, values)}
+
+
 def run_forward(layout: Layout, trace: Trace, block_size: np.ndarray, start: int = 0, stop: int | None = None,
                 record: bool = True, checkpoint_every: int = CHECKPOINT_EVERY,
                 on_checkpoint=None, offset: int = 0) -> ForwardResult:
@@ -131,13 +139,15 @@ def run_forward(layout: Layout, trace: Trace, block_size: np.ndarray, start: int
     """
     stop = len(trace) if stop is None else stop
     sizes = block_size[start:stop].tolist()
-    cols = zip(range(start + offset, stop + offset), trace.action[start:stop].tolist(), trace.addr[start:stop].tolist(),
-               trace.size[start:stop].tolist(), trace.stream[start:stop].tolist(),
-               trace.stack[start:stop].tolist(), sizes)
-    out: dict[str, list[int]] = {k: [] for k in SERIES}
-    rec_a, rec_r, rec_s, rec_g, rec_l = (out[k].append for k in SERIES)
+    cols = zip(range(start + offset, stop + offset), trace.action[start:stop].tolist(),
+               trace.addr[start:stop].tolist(), trace.size[start:stop].tolist(),
+               trace.stream[start:stop].tolist(), trace.stack[start:stop].tolist(), sizes)
+    # Figures are recorded only after events that can change them, then filled forward.
+    changed = array("q")
+    out = [array("q") for _ in SERIES]
+    rec_k, rec_a, rec_r, rec_s, rec_g, rec_l = changed.append, *(o.append for o in out)
     if record:
-        rec_a(layout.allocated), rec_r(layout.requested), rec_s(layout.reserved)
+        rec_k(start + offset), rec_a(layout.allocated), rec_r(layout.requested), rec_s(layout.reserved)
         rec_g(layout.n_gaps), rec_l(layout.largest_gap())
     for i, act, addr, size, stream, stack, known in cols:
         if record and on_checkpoint is not None and i % checkpoint_every == 0:
@@ -150,6 +160,7 @@ def run_forward(layout: Layout, trace: Trace, block_size: np.ndarray, start: int
             layout.remove_block(addr, i)
         elif act == FREE_REQUESTED:
             layout.set_pending(addr, True, i)
+            continue
         elif act == SEGMENT_ALLOC:
             layout.add_segment(Seg(addr, size, stream, pool_of_segment_alloc(size), None, False), i)
         elif act == SEGMENT_FREE:
@@ -158,8 +169,10 @@ def run_forward(layout: Layout, trace: Trace, block_size: np.ndarray, start: int
             layout.map_range(addr, size, stream, i)
         elif act == SEGMENT_UNMAP:
             layout.unmap_range(addr, size, i)
+        else:
+            continue
         if record:
-            rec_a(layout.allocated), rec_r(layout.requested), rec_s(layout.reserved)
+            rec_k(i + 1), rec_a(layout.allocated), rec_r(layout.requested), rec_s(layout.reserved)
             rec_g(layout.n_gaps), rec_l(layout.largest_gap())
-    series = {k: np.array(v, np.int64) for k, v in out.items()} if record else {}
+    series = _filled(changed, out, start + offset, stop + offset) if record else {}
     return ForwardResult(series, block_size, layout)

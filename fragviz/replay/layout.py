@@ -14,8 +14,8 @@ from typing import Callable
 from fragviz.allocator.config import AllocatorSettings
 from fragviz.allocator.rules import SMALL_BUFFER, is_small, round_size, should_split
 
-# A block record: [size, requested, pending_free, stack, alloc_event, stream]
-SIZE, REQUESTED, PENDING, STACK, ALLOC_EVENT, STREAM = range(6)
+# A block record: [size, requested, pending_free, stack, alloc_event, stream, segment (None: on no segment)]
+SIZE, REQUESTED, PENDING, STACK, ALLOC_EVENT, STREAM, SEGMENT = range(7)
 PRE_TRACE = -1  # allocated before the trace window: alloc event unknown
 LARGE_PAGE = 20 * 1024 * 1024
 
@@ -64,6 +64,8 @@ Sizer = Callable[[int, "Seg | None", int], int]
 
 def default_sizer(settings: AllocatorSettings) -> Sizer:
     """Block size for a request placed at the front of `room` free bytes: PyTorch's rounding and split rules."""
+    if settings == AllocatorSettings():
+        return _default_settings_sizer
 
     def size_of(requested: int, seg: Seg | None, room: int) -> int:
         rounded = round_size(requested, settings)
@@ -75,15 +77,26 @@ def default_sizer(settings: AllocatorSettings) -> Sizer:
     return size_of
 
 
+def _default_settings_sizer(requested: int, seg: Seg | None, room: int) -> int:
+    # The same rules as size_of above with PyTorch's default settings, unrolled: this runs once per alloc.
+    rounded = 512 if requested < 512 else (requested + 511) & ~511
+    if seg is None or room <= rounded:
+        return rounded
+    remaining = room - rounded
+    if seg.pool == "small":
+        return rounded if remaining >= 512 else room
+    return rounded if remaining > 1048576 else room
+
+
 class Layout:
     def __init__(self, sizer: Sizer) -> None:
         self.sizer = sizer
         self.seg_starts: list[int] = []
         self.segs: dict[int, Seg] = {}
         self.blocks: dict[int, list] = {}
-        self.orphans: set[int] = set()  # blocks on no segment (inconsistent files)
         self.gap_count: dict[int, int] = {}
-        self._gap_heap: list[int] = []
+        self._gap_heap: list[int] = []  # negated sizes; each size at most once (see _in_heap)
+        self._in_heap: set[int] = set()
         self.n_gaps = 0
         self.allocated = 0
         self.requested = 0
@@ -94,7 +107,8 @@ class Layout:
     def _gap_add(self, g: int) -> None:
         c = self.gap_count.get(g, 0)
         self.gap_count[g] = c + 1
-        if not c:
+        if not c and g not in self._in_heap:
+            self._in_heap.add(g)
             heapq.heappush(self._gap_heap, -g)
         self.n_gaps += 1
 
@@ -109,7 +123,7 @@ class Layout:
     def largest_gap(self) -> int:
         heap, counts = self._gap_heap, self.gap_count
         while heap and -heap[0] not in counts:
-            heapq.heappop(heap)
+            self._in_heap.discard(-heapq.heappop(heap))
         return -heap[0] if heap else 0
 
     # -- lookup --------------------------------------------------------------------------------------
@@ -132,7 +146,7 @@ class Layout:
             if not size_known:
                 rec[SIZE] = self.sizer(rec[REQUESTED], None, 0)
             self.mismatch.note("block_on_no_segment", event)
-            self.orphans.add(addr)
+            rec.append(None)
         else:
             starts = seg.starts
             j = bisect_right(starts, addr)
@@ -143,8 +157,9 @@ class Layout:
             size = rec[SIZE]
             if addr < prev_end or addr + size > next_start:
                 self.mismatch.note("overlapping_block", event)
-                self.orphans.add(addr)
+                rec.append(None)
             else:
+                rec.append(seg)
                 self._gap_remove(next_start - prev_end)
                 if addr > prev_end:
                     self._gap_add(addr - prev_end)
@@ -164,10 +179,9 @@ class Layout:
             return None
         self.allocated -= rec[SIZE]
         self.requested -= rec[REQUESTED]
-        if addr in self.orphans:
-            self.orphans.discard(addr)
+        seg = rec.pop()
+        if seg is None:
             return rec
-        seg = self.segment_at(addr)
         starts = seg.starts
         j = bisect_left(starts, addr)
         prev_end = seg.ends[j - 1] if j else seg.address
@@ -233,7 +247,7 @@ class Layout:
         for part in (left, right):
             if part is not None:
                 self._drop_segment(part)
-                merged = _join(merged, part)
+                merged = _join(merged, part, self.blocks)
         self._insert_segment(merged)
         self.reserved += size
 
@@ -246,21 +260,23 @@ class Layout:
         if j < len(seg.starts) and seg.starts[j] < addr + size or j and seg.ends[j - 1] > addr:
             self.mismatch.note("unmap_of_live_block", event)
         self._drop_segment(seg)
-        for part in _cut(seg, addr, addr + size):
+        for part in _cut(seg, addr, addr + size, self.blocks):
             self._insert_segment(part)
         self.reserved -= size
 
 
-def _join(a: Seg, b: Seg) -> Seg:
+def _join(a: Seg, b: Seg, blocks: dict[int, list]) -> Seg:
     lo, hi = (a, b) if a.address < b.address else (b, a)
     seg = Seg(lo.address, hi.end - lo.address, lo.stream, lo.pool, lo.pool_id or hi.pool_id, True,
               lo.stack if lo.stack >= 0 else hi.stack)
     seg.starts = lo.starts + hi.starts
     seg.ends = lo.ends + hi.ends
+    for start in seg.starts:
+        blocks[start][SEGMENT] = seg
     return seg
 
 
-def _cut(seg: Seg, start: int, end: int) -> list[Seg]:
+def _cut(seg: Seg, start: int, end: int, blocks: dict[int, list]) -> list[Seg]:
     parts = []
     for lo, hi in ((seg.address, start), (end, seg.end)):
         if hi > lo:
@@ -268,6 +284,8 @@ def _cut(seg: Seg, start: int, end: int) -> list[Seg]:
             keep = [(s, e) for s, e in zip(seg.starts, seg.ends) if lo <= s < hi]
             part.starts = [s for s, _ in keep]
             part.ends = [e for _, e in keep]
+            for s in part.starts:
+                blocks[s][SEGMENT] = part
             parts.append(part)
     return parts
 

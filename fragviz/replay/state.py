@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from fragviz.model import NO_STACK, Block, BlockState, Segment
-from fragviz.replay.layout import (ALLOC_EVENT, PENDING, REQUESTED, SIZE, STACK, STREAM, Layout, Seg, Sizer)
+from fragviz.replay.layout import (ALLOC_EVENT, PENDING, REQUESTED, SEGMENT, SIZE, STACK, STREAM, Layout, Seg,
+                                   Sizer)
 
 _POOLS = ("small", "large")
 
@@ -74,7 +75,7 @@ def _blocks_of(layout: Layout, seg: Seg) -> tuple[Block, ...]:
 
 def orphan_blocks(layout: Layout) -> list[tuple[int, list]]:
     """Active blocks that lie on no segment (inconsistent traces), as (address, record)."""
-    return [(a, layout.blocks[a]) for a in sorted(layout.orphans)]
+    return [(a, r) for a, r in sorted(layout.blocks.items()) if r[SEGMENT] is None]
 
 
 __all__ = ["layout_to_arrays", "segs_and_blocks", "layout_segments", "orphan_blocks", "Sizer"]

@@ -29,9 +29,10 @@ def is_user_frame(frame: Frame) -> bool:
 class StackInterner:
     """Maps frame lists to stack ids, deduplicating frames and stacks by content.
 
-    Real snapshots often share frame dicts between entries, so a first-level cache keyed by the ids of the
-    frame objects skips the content hashing; it is valid only while the raw data it was built from is
-    alive, which is the lifetime of one parse. It switches itself off when it stops paying.
+    Real snapshots share frame dicts between entries (each entry has its own list of them), so a first
+    cache keyed by the identities of a list's first and last frame finds a candidate stack, which is
+    confirmed with a list comparison (identity first, then content: always correct). It switches itself
+    off where frames are not shared objects (JSON files) and content keys are all that work.
     """
 
     def __init__(self) -> None:
@@ -39,31 +40,33 @@ class StackInterner:
         self.stacks: list[tuple[int, ...]] = []
         self._frame_ids: dict[tuple[str, int, str], int] = {}
         self._stack_ids: dict[tuple[int, ...], int] = {}
-        self._by_objects: dict[tuple[int, ...], int] | None = {}
+        self._by_ends: dict[tuple[int, int, int], list[tuple[list, int]]] | None = {}
         self._lookups = 0
         self._hits = 0
 
     def intern(self, frames: Any) -> int:
         if not frames:
             return NO_STACK
-        cache = self._by_objects
-        if cache is not None:
-            key = tuple(map(id, frames))
-            sid = cache.get(key)
-            if sid is not None:
-                self._hits += 1
-                return sid
-            sid = self._intern_content(frames)
-            self._remember(key, sid)
-            return sid
-        return self._intern_content(frames)
+        cache = self._by_ends
+        if cache is None or not isinstance(frames, list):
+            return self._intern_content(frames)
+        key = (id(frames[0]), id(frames[-1]), len(frames))
+        bucket = cache.get(key)
+        if bucket is not None:
+            for representative, sid in bucket:
+                if representative == frames:
+                    self._hits += 1
+                    return sid
+        sid = self._intern_content(frames)
+        self._remember(key, frames, sid)
+        return sid
 
-    def _remember(self, key: tuple[int, ...], sid: int) -> None:
+    def _remember(self, key: tuple[int, int, int], frames: list, sid: int) -> None:
         self._lookups += 1
-        if self._lookups == 20000 and self._hits < self._lookups // 10:
-            self._by_objects = None  # frames are not shared objects here: content keys only
+        if self._lookups == 20000 and self._hits < 2000:
+            self._by_ends = None
             return
-        self._by_objects[key] = sid  # type: ignore[index]
+        self._by_ends.setdefault(key, []).append((frames, sid))  # type: ignore[union-attr]
 
     def _intern_content(self, frames: Any) -> int:
         key = tuple(self._frame_id(f) for f in frames)
