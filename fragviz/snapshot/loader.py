@@ -22,6 +22,8 @@ from fragviz.errors import SnapshotFormatError
 MAX_INFLATE_RATIO = 200
 INFLATE_FLOOR = 64 * 1024 * 1024
 _CHUNK = 1 << 20
+# Opcodes a protocol 0 or 1 pickle of a dict or list (or a hostile one) can start with.
+_OLD_PROTOCOL_STARTS = (b"(", b"]", b"}", b"c", b"i", b"R")
 
 _SIGNATURES = (
     (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
@@ -93,7 +95,7 @@ def _decode_payload(data: bytes, source: str) -> tuple[Any, str, int | None]:
         return _unpickle(data, source), "pickle", data[1]
     if head[:1] in (b"{", b"["):
         return _parse_json(data, source), "json", None
-    if data[:1] in (b"(", b"]", b"}"):  # protocols 0 and 1 have no PROTO opcode
+    if data[:1] in _OLD_PROTOCOL_STARTS:  # protocols 0 and 1 have no PROTO opcode
         return _unpickle(data, source), "pickle", None
     raise SnapshotFormatError(source, f"is not a snapshot: {_describe(data)}")
 
@@ -130,18 +132,14 @@ def _parse_json(data: bytes, source: str) -> Any:
 def _gunzip(data: bytes, source: str) -> bytes:
     limit = max(INFLATE_FLOOR, len(data) * MAX_INFLATE_RATIO)
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    out = bytearray()
-    view = memoryview(data)
     try:
-        for start in range(0, len(data), _CHUNK):
-            out += inflater.decompress(view[start:start + _CHUNK], limit + 1 - len(out))
-            while inflater.unconsumed_tail and len(out) <= limit:
-                out += inflater.decompress(inflater.unconsumed_tail, limit + 1 - len(out))
+        out = bytearray(inflater.decompress(data, 64))  # the head first: refuse a non-snapshot at once
+        _check_inflated_head(bytes(out), source)
+        while inflater.unconsumed_tail:
+            out += inflater.decompress(inflater.unconsumed_tail, _CHUNK * 16)
             if len(out) > limit:
                 raise SnapshotFormatError(
                     source, f"inflates past {MAX_INFLATE_RATIO}x its size: a decompression bomb, not a snapshot")
-            if len(out) >= 16 and start == 0:
-                _check_inflated_head(bytes(out[:16]), source)
         out += inflater.flush()
     except zlib.error as exc:
         raise SnapshotFormatError(source, f"is a corrupt or truncated gzip stream ({exc})") from None
@@ -151,7 +149,7 @@ def _gunzip(data: bytes, source: str) -> bytes:
 
 
 def _check_inflated_head(head: bytes, source: str) -> None:
-    if head[:1] == b"\x80" or head.lstrip()[:1] in (b"{", b"[", b"(", b"]", b"}"):
+    if not head or head[:1] == b"\x80" or head[:1] in _OLD_PROTOCOL_STARTS or head.lstrip()[:1] in (b"{", b"["):
         return
     raise SnapshotFormatError(source, f"is gzip-compressed but does not hold a snapshot: {_describe(head)}")
 
