@@ -31,6 +31,10 @@ ACTIONS: tuple[str, ...] = (
 ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE = 0, 1, 2, 3, 4
 SEGMENT_MAP, SEGMENT_UNMAP, SNAPSHOT, OOM = 5, 6, 7, 8
 
+# A top-level key fragviz adds to snapshots it makes itself (synthetic or simulated), saying how they were
+# made; PyTorch never writes it. Its "origin" is "synthetic" or "simulated".
+PROVENANCE_KEY = "fragviz_provenance"
+
 NO_STACK = -1
 NO_TIME = -1
 NO_STRING = -1
@@ -138,6 +142,7 @@ class Snapshot:
     allocator_settings: dict[str, Any] | None = None
     external_annotations: list[dict[str, Any]] | None = None
     warnings: list[str] = field(default_factory=list)
+    provenance: dict[str, Any] | None = None  # PROVENANCE_KEY of snapshots fragviz made, else None
 
     def devices(self) -> list[int]:
         """Devices with a segment or a non-empty trace, ascending."""

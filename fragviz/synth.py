@@ -13,6 +13,7 @@ from typing import Any
 
 from fragviz.allocator.config import DEFAULT_SETTINGS
 from fragviz.allocator.rules import SMALL_SIZE, allocation_size, round_size
+from fragviz.model import PROVENANCE_KEY
 
 _BASE_ADDRESS = 0x7F0000000000
 _T0_US = 1_764_000_000_000_000
@@ -123,7 +124,8 @@ def _training_step(w: _Writer, rng: random.Random, pinned: list[list]) -> None:
 
 def _as_snapshot(w: _Writer) -> dict[str, Any]:
     return {"segments": [_segment_dict(s) for s in w.segments], "device_traces": [w.trace],
-            "allocator_settings": DEFAULT_SETTINGS.as_dict() | {"PYTORCH_CUDA_ALLOC_CONF": ""}}
+            "allocator_settings": DEFAULT_SETTINGS.as_dict(),
+            PROVENANCE_KEY: {"origin": "synthetic", "generator": "fragviz.synth"}}
 
 
 def _segment_dict(seg: _Seg) -> dict[str, Any]:
@@ -145,3 +147,28 @@ def _segment_dict(seg: _Seg) -> dict[str, Any]:
                                                          if b["state"] != "inactive"),
             "stream": 0, "segment_type": seg.pool, "segment_pool_id": (0, 0), "is_expandable": False,
             "frames": [], "blocks": blocks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m fragviz.synth OUT [--events N] [--seed S]: write a synthetic snapshot (gzip if OUT ends in .gz)."""
+    import argparse
+    import gzip
+    import pickle
+
+    ap = argparse.ArgumentParser(prog="python -m fragviz.synth", description=main.__doc__)
+    ap.add_argument("out")
+    ap.add_argument("--events", type=int, default=20000)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    data = synthetic_snapshot(args.events, seed=args.seed)
+    data[PROVENANCE_KEY]["command"] = f"python -m fragviz.synth {args.out} --events {args.events} --seed {args.seed}"
+    blob = pickle.dumps(data, protocol=4)
+    if args.out.endswith(".gz"):
+        blob = gzip.compress(blob, mtime=0)
+    with open(args.out, "wb") as fh:
+        fh.write(blob)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

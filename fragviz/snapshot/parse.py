@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from fragviz.errors import SnapshotFormatError
-from fragviz.model import (ACTIONS, NO_STACK, NO_STRING, NO_TIME, Block, BlockState, FormatInfo, Segment,
-                           Snapshot, Trace)
+from fragviz.model import (ACTIONS, NO_STACK, NO_STRING, NO_TIME, PROVENANCE_KEY, Block, BlockState, FormatInfo,
+                           Segment, Snapshot, Trace)
 from fragviz.snapshot.frames import StackInterner
 from fragviz.snapshot.loader import RawSnapshot
 
@@ -55,6 +55,7 @@ def parse_snapshot(raw: RawSnapshot) -> Snapshot:
     """Check raw data against the snapshot format and build the model; raise SnapshotFormatError if it is none."""
     ctx = _Context(raw.source)
     segments_data, traces_data, settings, annotations = _top_level(raw.data, ctx)
+    provenance = _provenance(raw.data, ctx)
     segments = tuple(_parse_segment(d, i, ctx) for i, d in enumerate(segments_data))
     traces = {dev: _parse_trace(dev, entries, ctx) for dev, entries in enumerate(traces_data)}
     _check_devices(segments, traces, ctx)
@@ -62,7 +63,20 @@ def parse_snapshot(raw: RawSnapshot) -> Snapshot:
     return Snapshot(
         source=raw.source, format=fmt, segments=segments, traces=traces,
         frames=tuple(ctx.interner.frames), stacks=tuple(ctx.interner.stacks), strings=tuple(ctx.strings),
-        allocator_settings=settings, external_annotations=annotations, warnings=ctx.warnings)
+        allocator_settings=settings, external_annotations=annotations, warnings=ctx.warnings,
+        provenance=provenance)
+
+
+def _provenance(data: Any, ctx: _Context) -> dict | None:
+    value = data.get(PROVENANCE_KEY) if isinstance(data, dict) else None
+    if not isinstance(value, dict):
+        return None
+    origin = value.get("origin")
+    if origin == "synthetic":
+        ctx.warn("this snapshot was made by fragviz's synthetic workload generator, not recorded by PyTorch")
+    elif origin == "simulated":
+        ctx.warn("this snapshot was simulated by fragviz's allocator model, not recorded on a GPU")
+    return value
 
 
 def _top_level(data: Any, ctx: _Context) -> tuple[list, list, dict | None, list | None]:

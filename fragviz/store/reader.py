@@ -72,11 +72,11 @@ class StoreReader:
     def load_analysis(self, sid: int) -> Analysis:
         """The snapshot as ingested, with lazily loaded replays: reports from it equal reports of the file."""
         conn = self._conn()
-        row = conn.execute("SELECT name, format, warnings, allocator_settings, external_annotations, strings "
-                           "FROM snapshots WHERE id = ?", (sid,)).fetchone()
+        row = conn.execute("SELECT name, format, warnings, allocator_settings, external_annotations, strings, "
+                           "provenance FROM snapshots WHERE id = ?", (sid,)).fetchone()
         if row is None:
             raise NotFoundError(f"{self.path}: no snapshot with id {sid}")
-        name, fmt, warnings, settings, annotations, strings = row
+        name, fmt, warnings, settings, annotations, strings, provenance = row
         frames, stacks = self._stacks(sid)
         devices = self._devices(sid)
         traces = {d: self.trace(sid, d, info["action_names"]) for d, info in devices.items()}
@@ -84,7 +84,7 @@ class StoreReader:
             source=name, format=FormatInfo(**{**json.loads(fmt), "features": tuple(json.loads(fmt)["features"])}),
             segments=tuple(self._final_segments(sid)), traces=traces, frames=frames, stacks=stacks,
             strings=tuple(json.loads(strings)), allocator_settings=_loads(settings),
-            external_annotations=_loads(annotations), warnings=json.loads(warnings))
+            external_annotations=_loads(annotations), warnings=json.loads(warnings), provenance=_loads(provenance))
         alloc_settings = settings_from_snapshot(snap.allocator_settings)
         sizer = default_sizer(alloc_settings)
         replays = {}

@@ -3,7 +3,8 @@
 Version 1 tables:
   meta(key, value)                  schema_version and the fragviz version that created the store
   snapshots                         one row per ingested file: name, content hash (unique), format,
-                                    warnings, allocator settings, annotations, summary (the report object)
+                                    warnings, allocator settings, annotations, provenance (for snapshots
+                                    fragviz made), summary (the report object of the final state)
   frames, stacks                    every distinct frame and stack once, shared by all snapshots
   snapshot_stacks                   a snapshot's own stack numbering -> stacks.id
   devices                           per snapshot and device: trace length, action names, replay facts
@@ -37,6 +38,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
     allocator_settings TEXT,
     external_annotations TEXT,
     strings TEXT NOT NULL,
+    provenance TEXT,
     summary TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS frames (

@@ -49,10 +49,11 @@ def _insert_snapshot(conn: sqlite3.Connection, analysis: Analysis, content_hash:
     summary = report_dict(analysis)
     cur = conn.execute(
         "INSERT INTO snapshots (name, content_hash, file_size, added_at, format, warnings, allocator_settings, "
-        "external_annotations, strings, summary) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "external_annotations, strings, provenance, summary) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (snap.source, content_hash, file_size, datetime.now(timezone.utc).isoformat(timespec="seconds"),
          json.dumps(snap.format.as_dict()), json.dumps(analysis.warnings), _json_or_none(snap.allocator_settings),
-         _json_or_none(snap.external_annotations), json.dumps(list(snap.strings)), json.dumps(summary)))
+         _json_or_none(snap.external_annotations), json.dumps(list(snap.strings)),
+         _json_or_none(snap.provenance), json.dumps(summary)))
     return int(cur.lastrowid)
 
 
