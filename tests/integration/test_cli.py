@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import subprocess
 import sys
 
 import pytest
 
+from fragviz.snapshot import read_raw
 from helpers import REAL, write_pickle
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
@@ -98,7 +98,7 @@ def test_text_report(tmp_path):
 
 
 def test_progress_bar_when_asked(tmp_path):
-    path = write_pickle(str(tmp_path / "s.pickle"), pickle.loads(open(SMALL, "rb").read()))
+    path = write_pickle(str(tmp_path / "s.pickle"), read_raw(SMALL).data)
     out = run("ingest", path, "--db", str(tmp_path / "s.sqlite"), "--progress")
     assert out.returncode == 0 and "%" in out.stderr and "[" in out.stderr
 
