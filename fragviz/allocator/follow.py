@@ -1,0 +1,302 @@
+"""Follow mode: at each recorded event, predict what PyTorch's allocator did, then continue from the truth.
+
+The simulator starts from the state rebuilt at the start of the trace. Before each malloc (an `alloc` and
+the segment events just before it: its cudaMalloc, expandable maps, or releases on a retry) it predicts,
+without changing its state, which address the request gets and whether (and how much) new device memory
+it needs. Then it applies the recorded events as they happened, so one wrong guess never snowballs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fragviz.allocator.blocks import Block, BlockPool, ExpandableSegment
+from fragviz.allocator.config import AllocatorSettings
+from fragviz.allocator.rules import LARGE_BUFFER, SMALL_BUFFER, SMALL_SIZE, allocation_size, round_size, should_split
+from fragviz.allocator.sim import DeviceAllocator
+from fragviz.allocator.state import allocator_segments, load_segments
+from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
+                           SEGMENT_UNMAP, BlockState, Segment, Trace)
+
+SEGMENT_ACTIONS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
+NEW_MEMORY = (SEGMENT_ALLOC, SEGMENT_MAP)
+RELEASES = (SEGMENT_FREE, SEGMENT_UNMAP)
+MAX_MISMATCHES = 20
+
+
+@dataclass(frozen=True)
+class Prediction:
+    alloc_addr: int | None  # None: the front of memory not mapped yet, whose address cannot be known
+    new_bytes: int  # device memory the malloc needs (0: served from the cache)
+    new_addr: int | None = None  # where that memory starts, where it can be known
+
+
+@dataclass
+class FollowResult:
+    device: int
+    alloc_events: int = 0
+    alloc_address_matches: int = 0
+    segment_allocs_recorded: int = 0
+    segment_allocs_predicted: int = 0
+    segment_allocs_matched: int = 0
+    final_state_matches: bool = True
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    divergences: int = 0  # recorded events the simulated state could not take as they came
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "mode": "follow", "alloc_events": self.alloc_events,
+                "alloc_address_matches": self.alloc_address_matches,
+                "segment_allocs_recorded": self.segment_allocs_recorded,
+                "segment_allocs_predicted": self.segment_allocs_predicted,
+                "segment_allocs_matched": self.segment_allocs_matched,
+                "final_state_matches": self.final_state_matches, "mismatches": self.mismatches}
+
+    def note(self, event: int, action: str, recorded: Any, predicted: Any) -> None:
+        if len(self.mismatches) < MAX_MISMATCHES:
+            self.mismatches.append({"event": event, "action": action, "recorded": recorded, "predicted": predicted})
+
+
+def predict(alloc: DeviceAllocator, orig_size: int, stream: int) -> Prediction:
+    """What malloc(orig_size) would do now, computed without changing the allocator."""
+    size = round_size(orig_size, alloc.settings)
+    pool = alloc.pool_for(size)
+    block = alloc.get_free_block(pool, size, stream, remove=False)
+    if block is not None:
+        return Prediction(block.addr, 0)
+    if not alloc.settings.expandable_segments:
+        return Prediction(None, allocation_size(size))
+    page = SMALL_BUFFER if pool.small else LARGE_BUFFER
+    candidate = alloc.find_expandable_block(pool, size, stream, create=False)
+    if candidate is None:
+        return Prediction(None, _pages(size, page))
+    if candidate.mapped:
+        return Prediction(candidate.addr, _pages(size - candidate.size, page), candidate.addr + candidate.size)
+    return Prediction(candidate.addr, _pages(size, page), candidate.addr)
+
+
+def _pages(n: int, page: int) -> int:
+    return -(-n // page) * page
+
+
+class _Follower:
+    def __init__(self, trace: Trace, start: list[Segment], settings: AllocatorSettings) -> None:
+        self.alloc = DeviceAllocator(settings, None, trace.device, record=False)
+        load_segments(self.alloc, start)
+        self.act = trace.action.tolist()
+        self.addr = trace.addr.tolist()
+        self.size = trace.size.tolist()
+        self.stream = trace.stream.tolist()
+        self.stack = trace.stack.tolist()
+        self.result = FollowResult(trace.device)
+
+    def run(self, final: list[Segment]) -> FollowResult:
+        act, n = self.act, len(self.act)
+        starts = _malloc_groups(act)
+        later: dict[int, int] = {}
+        predictions: dict[int, Prediction] = {}
+        for i in range(n):
+            a = starts.get(i, later.get(i))
+            if a is not None:
+                predictions[a] = predict(self.alloc, self.size[a], self.stream[a])
+                if not predictions[a].new_bytes and act[i] in RELEASES:
+                    # A malloc releases memory only once the cache failed it: a cache hit means these
+                    # releases were an empty_cache() before the malloc began. Predict again after them.
+                    j = i
+                    while act[j] in RELEASES:
+                        j += 1
+                    later[j] = a
+            if act[i] == ALLOC:
+                self._score(i, predictions.pop(i), starts)
+            self._apply(i)
+        self._count_stray_segment_allocs(starts)
+        self.result.final_state_matches = _same_segments(allocator_segments(self.alloc), final)
+        return self.result
+
+    # -- scoring -------------------------------------------------------------------------------------
+    def _score(self, a: int, pred: Prediction, starts: dict[int, int]) -> None:
+        r = self.result
+        g = a
+        while g > 0 and self.act[g - 1] in SEGMENT_ACTIONS:
+            g -= 1
+        new = [(self.addr[j], self.size[j]) for j in range(g, a) if self.act[j] in NEW_MEMORY]
+        new_bytes = sum(s for _, s in new)
+        r.alloc_events += 1
+        if new:
+            r.segment_allocs_recorded += 1
+        if pred.new_bytes:
+            r.segment_allocs_predicted += 1
+        memory_ok = new_bytes == pred.new_bytes and (not new or pred.new_addr is None or new[0][0] == pred.new_addr)
+        if new and pred.new_bytes and memory_ok:
+            r.segment_allocs_matched += 1
+        if pred.alloc_addr is not None:
+            addr_ok = memory_ok and self.addr[a] == pred.alloc_addr
+        else:
+            addr_ok = memory_ok and bool(new) and self.addr[a] == new[0][0]
+        if addr_ok:
+            r.alloc_address_matches += 1
+            return
+        recorded = {"addr": self.addr[a], "size": self.size[a], "new_memory_bytes": new_bytes}
+        predicted = {"addr": pred.alloc_addr, "new_memory_bytes": pred.new_bytes}
+        r.note(a, "alloc", recorded, predicted)
+
+    def _count_stray_segment_allocs(self, starts: dict[int, int]) -> None:
+        grouped = set()
+        for g, a in starts.items():
+            grouped.update(range(g, a))
+        for j, act in enumerate(self.act):
+            if act in NEW_MEMORY and j not in grouped:
+                self.result.segment_allocs_recorded += 1
+                self.result.note(j, "segment_alloc", {"addr": self.addr[j], "size": self.size[j]},
+                                 "no malloc follows this device allocation in the trace")
+
+    # -- applying the recorded truth -----------------------------------------------------------------
+    def _apply(self, i: int) -> None:
+        act, addr, size, stream = self.act[i], self.addr[i], self.size[i], self.stream[i]
+        if act == ALLOC:
+            self._alloc(i, addr, size, stream)
+        elif act == FREE_REQUESTED:
+            block = self.alloc.active.get(addr)
+            if block is not None and block.allocated:
+                block.allocated, block.pending = False, True  # free until free_completed says otherwise
+            else:
+                self.result.divergences += 1
+        elif act == FREE_COMPLETED:
+            block = self.alloc.active.get(addr)
+            if block is not None:
+                block.allocated = block.pending = False
+                self.alloc.free_block(block)
+            else:
+                self.result.divergences += 1
+        elif act == SEGMENT_ALLOC:
+            block = self.alloc.new_segment(addr, size, stream, self._pool_for_segment(i, size))
+            block.pool.insert(block)
+        elif act == SEGMENT_FREE:
+            block = _free_at(self.alloc, addr)
+            if block is not None and not block.is_split and block.es is None:
+                self.alloc.release_block(block)
+            else:
+                self.result.divergences += 1
+        elif act == SEGMENT_MAP:
+            self._map(i, addr, size, stream)
+        elif act == SEGMENT_UNMAP:
+            block = _free_containing(self.alloc, addr, size)
+            if block is None or block.es is None or not self.alloc.unmap_block(block, addr, addr + size):
+                self.result.divergences += 1
+
+    def _pool_for_segment(self, i: int, size: int) -> BlockPool:
+        j = i + 1
+        while j < len(self.act) and self.act[j] in SEGMENT_ACTIONS:
+            j += 1
+        if j < len(self.act) and self.act[j] == ALLOC:
+            return self.alloc.pool_for(round_size(self.size[j], self.alloc.settings))
+        return self.alloc.small if size == SMALL_BUFFER else self.alloc.large
+
+    def _alloc(self, i: int, addr: int, orig: int, stream: int) -> None:
+        alloc = self.alloc
+        rounded = round_size(orig, alloc.settings)
+        block = _free_at(alloc, addr) or _free_containing(alloc, addr, rounded)
+        if block is None:
+            self.result.divergences += 1
+            return
+        pool = block.pool
+        pool.remove(block)
+        if block.addr < addr:  # the recorded allocator had a boundary here that the rebuilt state lacks
+            self.result.divergences += 1
+            block = _split_off_front(block, addr - block.addr)
+        split = block.size > rounded and should_split(block.size, rounded, pool.small, alloc.settings)
+        alloc.alloc_found_block(block, min(rounded, block.size) if split else block.size, orig, split, self.stack[i])
+
+    def _map(self, i: int, addr: int, size: int, stream: int) -> None:
+        alloc = self.alloc
+        block = _unmapped_containing(alloc, addr)
+        if block is None:
+            pool = self._pool_for_segment(i, size)
+            page = SMALL_BUFFER if pool.small else LARGE_BUFFER
+            pages = max(-(-alloc._reservation_bytes() // page), -(-size // page))
+            es = ExpandableSegment(addr, page, pages, stream)
+            alloc.expandable.append(es)
+            block = Block(addr, es.size, stream, pool, mapped=False, es=es)
+            prev = _mapped_ending_at(alloc, addr, stream)
+            block.splice(prev, None)
+            pool.insert_unmapped(block)
+        if block.addr < addr:
+            pool = block.pool
+            pool.remove_unmapped(block)
+            head = Block(block.addr, addr - block.addr, block.stream, pool, mapped=False, es=block.es)
+            head.splice(block.prev, block)
+            block.addr, block.size = addr, block.size - head.size
+            pool.insert_unmapped(head)
+            pool.insert_unmapped(block)
+        if not alloc.map_block(block, min(size, block.size)):
+            self.result.divergences += 1
+
+
+def _malloc_groups(act: list[int]) -> dict[int, int]:
+    """First event of each malloc -> its alloc event: the segment events right before an alloc belong to it."""
+    starts = {}
+    for a, x in enumerate(act):
+        if x == ALLOC:
+            g = a
+            while g > 0 and act[g - 1] in SEGMENT_ACTIONS:
+                g -= 1
+            starts[g] = a
+    return starts
+
+
+def _free_at(alloc: DeviceAllocator, addr: int) -> Block | None:
+    for pool in alloc._all_pools():
+        block = pool.by_addr.get(addr)
+        if block is not None:
+            return block
+    return None
+
+
+def _free_containing(alloc: DeviceAllocator, addr: int, size: int) -> Block | None:
+    for pool in alloc._all_pools():
+        for block in pool.by_addr.values():
+            if block.addr <= addr and addr + size <= block.addr + block.size:
+                return block
+    return None
+
+
+def _unmapped_containing(alloc: DeviceAllocator, addr: int) -> Block | None:
+    for pool in alloc._all_pools():
+        for block in pool.unmapped.values():
+            if block.addr <= addr < block.addr + block.size:
+                return block
+    return None
+
+
+def _mapped_ending_at(alloc: DeviceAllocator, addr: int, stream: int) -> Block | None:
+    for block in list(alloc.active.values()) + [b for p in alloc._all_pools() for b in p.by_addr.values()]:
+        if block.es is not None and block.addr + block.size == addr and block.stream == stream and block.next is None:
+            return block
+    return None
+
+
+def _split_off_front(block: Block, front: int) -> Block:
+    """Cut `front` bytes off a free block (out of its pool) into a free block of their own; return the rest."""
+    head = Block(block.addr, front, block.stream, block.pool, block.mapped, block.es)
+    head.splice(block.prev, block)
+    block.addr += front
+    block.size -= front
+    block.pool.insert(head)
+    return block
+
+
+def _same_segments(simulated: list[dict[str, Any]], final: list[Segment]) -> bool:
+    def shape_sim(s: dict[str, Any]) -> tuple:
+        return (s["address"], s["total_size"], tuple((b["address"], b["size"], b["state"]) for b in s["blocks"]))
+
+    def shape_final(s: Segment) -> tuple:
+        return (s.address, s.total_size, tuple((b.address, b.size, b.state.value) for b in s.blocks))
+
+    return sorted(map(shape_sim, simulated)) == sorted(map(shape_final, final))
+
+
+def follow_device(trace: Trace, start: list[Segment], final: list[Segment], settings: AllocatorSettings) -> FollowResult:
+    """Follow `trace` from the `start` state; score predictions; check the end against `final`."""
+    return _Follower(trace, start, settings).run(final)
+
+
+__all__ = ["follow_device", "predict", "FollowResult", "Prediction", "BlockState", "SMALL_SIZE"]

@@ -1,0 +1,174 @@
+"""Free-run mode: replay a trace's workload (its requests and frees) under any settings and device size.
+
+The workload is what the program asked for: every `alloc` (size, stream, stack), every free, deferred
+frees (a `free_completed` that comes later than its `free_requested`), `empty_cache()` calls (releases
+that no malloc needed) and the requests that ran out of memory (`oom`). The simulator places everything
+itself, from the state rebuilt at the start of the trace.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from fragviz.allocator.blocks import Block
+from fragviz.allocator.config import AllocatorSettings
+from fragviz.allocator.sim import DeviceAllocator
+from fragviz.allocator.state import load_segments
+from fragviz.metrics import fragmentation
+from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
+                           SEGMENT_UNMAP, Segment, Trace)
+
+RELEASES = (SEGMENT_FREE, SEGMENT_UNMAP)
+MAX_OOMS = 1000
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: str  # "alloc", "free", "complete", "empty_cache", "oom_request"
+    event: int
+    key: Any = None  # the lifetime (alloc, free, complete)
+    size: int = 0
+    stream: int = 0
+    stack: int = -1
+    pending: bool = False
+
+
+@dataclass
+class FreeRunResult:
+    device: int
+    settings: AllocatorSettings
+    capacity: int | None
+    allocator: DeviceAllocator
+    ooms: list[dict[str, int]] = field(default_factory=list)
+    oom_count: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        a = self.allocator
+        return {
+            "settings": {**self.settings.as_dict(), "device_memory_bytes": self.capacity},
+            "peak_reserved_bytes": a.peaks.reserved, "peak_allocated_bytes": a.peaks.active,
+            "peak_requested_bytes": a.peaks.requested,
+            "final_fragmentation": fragmentation(a.free_bytes(), a.largest_free_block()),
+            "ooms": self.ooms,
+        }
+
+
+def workload(trace: Trace, reserved: list[int] | None = None, capacity: int | None = None) -> Iterator[Op]:
+    """The program's requests in a recorded trace, in order, with lifetimes keyed by (address, version).
+
+    `reserved` (bytes reserved after K events, from the replay) and the device `capacity` tell an
+    empty_cache() call from a malloc's own release-and-retry: see `_is_empty_cache`.
+    """
+    act, addr, size = trace.action.tolist(), trace.addr.tolist(), trace.size.tolist()
+    stream, stack = trace.stream.tolist(), trace.stack.tolist()
+    version: dict[int, int] = {}
+    deferred: set[tuple[int, int]] = set()
+    n = len(act)
+    for i, x in enumerate(act):
+        if x == ALLOC:
+            yield Op("alloc", i, (addr[i], version.get(addr[i], 0)), size[i], stream[i], stack[i])
+        elif x == FREE_REQUESTED:
+            key = (addr[i], version.get(addr[i], 0))
+            later = not (i + 1 < n and act[i + 1] == FREE_COMPLETED and addr[i + 1] == addr[i])
+            if later:
+                deferred.add(key)
+            yield Op("free", i, key, pending=later)
+        elif x == FREE_COMPLETED:
+            key = (addr[i], version.get(addr[i], 0))
+            version[addr[i]] = key[1] + 1
+            if key in deferred:
+                deferred.discard(key)
+                yield Op("complete", i, key)
+        elif x in RELEASES and (i == 0 or act[i - 1] not in RELEASES) and _is_empty_cache(act, size, i, reserved, capacity):
+            yield Op("empty_cache", i)
+        elif x == OOM:
+            yield Op("oom_request", i, size=size[i], stream=stream[i], stack=stack[i])
+
+
+def _is_empty_cache(act: list[int], size: list[int], i: int, reserved: list[int] | None,
+                    capacity: int | None) -> bool:
+    """Whether the releases starting at event i were an empty_cache() rather than a malloc's retry.
+
+    A malloc releases cached memory only after a device allocation failed, which needs a full device. If
+    no malloc follows, or the device had room for the memory the malloc then took (`capacity` unknown is
+    taken as room enough, as the simulation itself assumes), the releases were the program's own.
+    """
+    j = i
+    while j < len(act) and act[j] in RELEASES:
+        j += 1
+    new = 0
+    while j < len(act) and act[j] in (SEGMENT_ALLOC, SEGMENT_MAP):
+        new += size[j]
+        j += 1
+    if j == len(act) or act[j] != ALLOC or capacity is None or reserved is None:
+        return True
+    return reserved[i] + new <= capacity
+
+
+def recorded_device_allocations(trace: Trace) -> dict[int, list[tuple[int, int]]]:
+    """(size, address) of the cudaMallocs just before each alloc event, by the alloc's index."""
+    act, addr, size = trace.action.tolist(), trace.addr.tolist(), trace.size.tolist()
+    hints: dict[int, list[tuple[int, int]]] = {}
+    for a, x in enumerate(act):
+        if x != ALLOC:
+            continue
+        g = a
+        while g > 0 and act[g - 1] in (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP):
+            g -= 1
+        found = [(size[j], addr[j]) for j in range(g, a) if act[j] == SEGMENT_ALLOC]
+        if found:
+            hints[a] = found
+    return hints
+
+
+def free_run(trace: Trace, start: list[Segment], settings: AllocatorSettings, capacity: int | None,
+             reserved: list[int] | None = None, record: bool = False) -> FreeRunResult:
+    """Replay the workload of `trace` from the `start` state under `settings` on a device of `capacity` bytes.
+
+    `reserved` is the recorded reserved bytes after each event (the replay's series), used to read the trace.
+    """
+    alloc = DeviceAllocator(settings, capacity, trace.device, record=record)
+    load_segments(alloc, start)
+    alloc.address_hints = recorded_device_allocations(trace)
+    result = FreeRunResult(trace.device, settings, capacity, alloc)
+    live: dict[Any, Block] = {(b.addr, 0): b for b in alloc.active.values()}
+    for op in workload(trace, reserved, capacity):
+        alloc._event = op.event
+        if op.kind == "alloc":
+            block = alloc.malloc(op.size, op.stream, op.stack)
+            if block is None:
+                _note_oom(result, op)
+            else:
+                live[op.key] = block
+        elif op.kind == "free":
+            block = live.get(op.key)
+            if block is not None and block.allocated:
+                alloc.free(block, pending=op.pending)
+                if not op.pending:
+                    del live[op.key]
+        elif op.kind == "complete":
+            block = live.pop(op.key, None)
+            if block is not None:
+                alloc.complete(block)
+        elif op.kind == "empty_cache":
+            alloc.empty_cache()
+        elif op.kind == "oom_request":
+            _retry_recorded_oom(alloc, result, op)
+    return result
+
+
+def _retry_recorded_oom(alloc: DeviceAllocator, result: FreeRunResult, op: Op) -> None:
+    # The recorded run failed this request; the program never got it, so a success is freed at once.
+    block = alloc.malloc(op.size, op.stream, op.stack)
+    if block is None:
+        _note_oom(result, op)
+    else:
+        alloc.free(block)
+
+
+def _note_oom(result: FreeRunResult, op: Op) -> None:
+    result.oom_count += 1
+    if len(result.ooms) < MAX_OOMS:
+        a = result.allocator
+        result.ooms.append({"event": op.event, "requested_bytes": op.size, "reserved_bytes": a.reserved,
+                            "largest_free_block": a.largest_free_block()})

@@ -1,0 +1,143 @@
+"""Moving allocator state in and out of the simulator: model segments in, PyTorch-format snapshots out."""
+from __future__ import annotations
+
+from typing import Any
+
+from fragviz.allocator.blocks import Block, BlockPool, ExpandableSegment
+from fragviz.allocator.rules import LARGE_BUFFER, SMALL_BUFFER
+from fragviz.allocator.sim import DeviceAllocator
+from fragviz.model import PROVENANCE_KEY, BlockState, Frame, Segment
+
+_STATE_NAMES = {True: "active_allocated", False: "inactive"}
+
+
+def load_segments(alloc: DeviceAllocator, segments: list[Segment]) -> None:
+    """Put these segments (blocks and free gaps) into the allocator, as the state it starts from."""
+    expandable = [s for s in segments if s.is_expandable]
+    for seg in segments:
+        if not seg.is_expandable:
+            _load_chain(alloc, seg, _pool(alloc, seg), None)
+    for (pool_kind, stream), group in _by_pool_and_stream(expandable).items():
+        _load_expandable(alloc, group, pool_kind == "small", stream)
+    for seg in segments:
+        if not seg.is_expandable:
+            alloc._ranges[seg.address] = seg.total_size
+
+
+def _pool(alloc: DeviceAllocator, seg: Segment) -> BlockPool:
+    small = seg.pool == "small"
+    if seg.pool_id and seg.pool_id != (0, 0):
+        pair = alloc.private.setdefault(seg.pool_id, (BlockPool(True, seg.pool_id), BlockPool(False, seg.pool_id)))
+        return pair[0] if small else pair[1]
+    return alloc.small if small else alloc.large
+
+
+def _load_chain(alloc: DeviceAllocator, seg: Segment, pool: BlockPool, es: ExpandableSegment | None,
+                prev: Block | None = None) -> Block | None:
+    alloc.reserved += seg.total_size
+    for b in seg.blocks:
+        block = Block(b.address, b.size, seg.stream, pool, True, es)
+        block.splice(prev, None)
+        if b.state is BlockState.INACTIVE:
+            pool.insert(block)
+        else:
+            block.allocated = b.state is BlockState.ACTIVE_ALLOCATED
+            block.pending = not block.allocated
+            block.requested = b.requested_size
+            block.stack = b.stack
+            alloc.active[block.addr] = block
+            alloc.active_bytes += block.size
+            alloc.requested += block.requested
+        prev = block
+    alloc._bump_peaks()
+    return prev
+
+
+def _by_pool_and_stream(segments: list[Segment]) -> dict[tuple[str, int], list[Segment]]:
+    out: dict[tuple[str, int], list[Segment]] = {}
+    for s in sorted(segments, key=lambda s: s.address):
+        out.setdefault((s.pool, s.stream), []).append(s)
+    return out
+
+
+def _load_expandable(alloc: DeviceAllocator, group: list[Segment], small: bool, stream: int) -> None:
+    # The reservation's true base is not in the snapshot: it starts at the first mapped range here.
+    page = SMALL_BUFFER if small else LARGE_BUFFER
+    base = group[0].address
+    span = group[-1].end - base
+    pages = max(-(-alloc._reservation_bytes() // page), -(-span // page) + 1)
+    es = ExpandableSegment(base, page, pages, stream)
+    alloc.expandable.append(es)
+    alloc._ranges[es.base] = es.size
+    pool = alloc.small if small else alloc.large
+    prev: Block | None = None
+    cursor = base
+    for seg in group:
+        if seg.address > cursor:
+            prev = _unmapped(pool, es, cursor, seg.address - cursor, stream, prev)
+        begin, end = es.pages_to_map(seg.address, seg.total_size)
+        es.mapped.update(range(begin, end))
+        prev = _load_chain(alloc, seg, pool, es, prev)
+        cursor = seg.end
+    if es.base + es.size > cursor:
+        _unmapped(pool, es, cursor, es.base + es.size - cursor, stream, prev)
+
+
+def _unmapped(pool: BlockPool, es: ExpandableSegment, addr: int, size: int, stream: int,
+              prev: Block | None) -> Block:
+    block = Block(addr, size, stream, pool, mapped=False, es=es)
+    block.splice(prev, None)
+    pool.insert_unmapped(block)
+    return block
+
+
+def allocator_segments(alloc: DeviceAllocator) -> list[dict[str, Any]]:
+    """The allocator's segments as PyTorch snapshot dicts (frames left empty: see `snapshot_dict`)."""
+    out = []
+    for head in alloc.segment_heads():
+        blocks, b = [], head
+        while b is not None and b.mapped:
+            state = ("active_pending_free" if b.pending else _STATE_NAMES[b.allocated])
+            blocks.append({"address": b.addr, "size": b.size, "requested_size": b.requested if state != "inactive"
+                           else 0, "state": state, "stack": b.stack if state != "inactive" else -1})
+            b = b.next
+        pool = head.pool
+        total = sum(x["size"] for x in blocks)
+        active = [x for x in blocks if x["state"] != "inactive"]
+        out.append({
+            "device": alloc.device, "address": head.addr, "total_size": total,
+            "allocated_size": sum(x["size"] for x in blocks if x["state"] == "active_allocated"),
+            "active_size": sum(x["size"] for x in active), "requested_size": sum(x["requested_size"] for x in active),
+            "stream": head.stream, "segment_type": "small" if pool.small else "large",
+            "segment_pool_id": pool.pool_id or (0, 0), "is_expandable": head.es is not None, "blocks": blocks})
+    return out
+
+
+def snapshot_dict(allocators: list[DeviceAllocator], frames: tuple[Frame, ...], stacks: tuple[tuple[int, ...], ...],
+                  provenance: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot in PyTorch's own format of these allocators: segments, blocks and each device's trace."""
+    def frame_list(stack: int) -> list[dict[str, Any]]:
+        if stack < 0 or stack >= len(stacks):
+            return []
+        return [{"filename": frames[i].filename, "line": frames[i].line, "name": frames[i].name} for i in stacks[stack]]
+
+    segments = []
+    for alloc in allocators:
+        for seg in allocator_segments(alloc):
+            for b in seg["blocks"]:
+                b["frames"] = frame_list(b.pop("stack"))
+            seg["frames"] = []
+            segments.append(seg)
+    traces: list[list[dict[str, Any]]] = []
+    for alloc in allocators:
+        while len(traces) <= alloc.device:
+            traces.append([])
+        for entry in alloc.trace:
+            e = {k: v for k, v in entry.items() if k not in ("stack", "event")}
+            fl = frame_list(entry["stack"])
+            if fl:
+                e["frames"] = fl
+            traces[alloc.device].append(e)
+    settings = allocators[0].settings.as_dict() if allocators else {}
+    return {"segments": segments, "device_traces": traces, "allocator_settings": settings,
+            PROVENANCE_KEY: provenance}
