@@ -52,6 +52,37 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--device", type=int, metavar="N", help="only this device")
     rep.add_argument("--json", action="store_true", help="print one JSON object")
     rep.set_defaults(run=_cmd_report)
+
+    sim = sub.add_parser("simulate", help="replay a snapshot's trace through the allocator model")
+    sim.add_argument("target", metavar="FILE_OR_ID")
+    sim.add_argument("--db", help=db_help)
+    sim.add_argument("--alloc-conf", metavar="CONF",
+                     help="free-run under these PYTORCH_CUDA_ALLOC_CONF settings (and under the recorded ones)")
+    sim.add_argument("--device-memory", metavar="SIZE", help="device size for free-run, e.g. 80GiB "
+                     "(default: what the trace's OOMs tell, else unlimited)")
+    sim.add_argument("--out", metavar="FILE", help="with --alloc-conf: write the simulated run as a snapshot")
+    sim.add_argument("--json", action="store_true", help="print one JSON object")
+    sim.set_defaults(run=_cmd_simulate)
+
+    doc = sub.add_parser("doctor", help="explain each CUDA out-of-memory error: verdict, numbers, what to do")
+    doc.add_argument("target", metavar="FILE_OR_ID", nargs="?")
+    doc.add_argument("--db", help=db_help)
+    doc.add_argument("--message", metavar="TEXT", help="an OOM message as PyTorch printed it (any era); with a "
+                     "snapshot, its end state adds the largest free block")
+    doc.add_argument("--no-simulate", action="store_true", help="skip the what-if simulations")
+    doc.add_argument("--json", action="store_true", help="print one JSON object")
+    doc.set_defaults(run=_cmd_doctor)
+
+    cap = sub.add_parser("capture", help="run a Python script and record its memory history as a snapshot",
+                         description="fragviz capture [options] -- python script.py ARGS. On a CUDA machine "
+                         "PyTorch records the history; without CUDA the script runs on the CPU and fragviz's "
+                         "allocator model serves its tensors as on a CUDA device (the file says so).")
+    cap.add_argument("--out", default="snapshot.pickle", help="snapshot file to write (.gz to compress)")
+    cap.add_argument("--device-memory", metavar="SIZE", help="simulated device size (default 16GiB)")
+    cap.add_argument("--alloc-conf", metavar="CONF", help="PYTORCH_CUDA_ALLOC_CONF for the run")
+    cap.add_argument("--simulate", action="store_true", help="simulate even where CUDA is available")
+    cap.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")
+    cap.set_defaults(run=_cmd_capture)
     return p
 
 
@@ -93,6 +124,84 @@ def _cmd_report(args: argparse.Namespace) -> int:
     else:
         print(report_text(analysis, args.at, args.device))
     return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from fragviz.simulate import follow, parse_size, simulated_snapshot, what_if
+    from fragviz.simulate_text import follow_text, what_if_text
+
+    analysis = _analysis_for(args.target, args.db)
+    memory = parse_size(args.device_memory) if args.device_memory else None
+    if args.alloc_conf is None:
+        if args.out or memory is not None:
+            raise UsageError("--out and --device-memory go with --alloc-conf (free-run)")
+        result = follow(analysis)
+        print(json.dumps(result) if args.json else follow_text(analysis, result))
+        return 0
+    result = what_if(analysis, args.alloc_conf, memory)
+    if args.out:
+        import pickle
+
+        with open(args.out, "wb") as fh:
+            pickle.dump(simulated_snapshot(analysis, args.alloc_conf, memory), fh, protocol=4)
+    print(json.dumps(result) if args.json else what_if_text(analysis, args.alloc_conf, result))
+    return 0
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from fragviz.doctor import PUBLIC_KEYS, diagnose, diagnose_message
+    from fragviz.doctor_text import doctor_text
+
+    if args.target is None and not args.message:
+        raise UsageError("doctor needs a snapshot (FILE_OR_ID) or --message TEXT")
+    if args.target is None:
+        ooms = diagnose_message(args.message)
+        source = "the message"
+    else:
+        analysis = _analysis_for(args.target, args.db)
+        ooms = diagnose(analysis, args.message, simulate=not args.no_simulate)
+        source = analysis.snapshot.source
+    if args.message and not any(o.get("event") is None for o in ooms):
+        raise UsageError("--message holds no CUDA out-of-memory message fragviz can read")
+    if args.json:
+        print(json.dumps({"ooms": [{k: o[k] for k in PUBLIC_KEYS} for o in ooms]}))
+    else:
+        print(doctor_text(source, ooms))
+    return 0
+
+
+def _cmd_capture(args: argparse.Namespace) -> int:
+    import runpy
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if command and os.path.basename(command[0]).startswith("python"):
+        command = command[1:]
+    if not command or not command[0].endswith(".py"):
+        raise UsageError("capture runs a Python script: fragviz capture [options] -- python script.py ARGS")
+    if args.alloc_conf is not None:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = args.alloc_conf  # before CUDA initialises
+    from fragviz.capture import capture
+    from fragviz.simulate import parse_size
+
+    memory = parse_size(args.device_memory) if args.device_memory else None
+    saved_argv = sys.argv
+    sys.argv = command
+    status = 0
+    try:
+        with capture(args.out, memory, args.alloc_conf, simulate=True if args.simulate else None):
+            runpy.run_path(command[0], run_name="__main__")
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as exc:  # the workload's own failure (an OOM above all): the snapshot is still written
+        print(f"fragviz: {command[0]} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+              file=sys.stderr)
+        status = 1
+    finally:
+        sys.argv = saved_argv
+    print(f"snapshot written to {args.out}", file=sys.stderr)
+    return status
 
 
 def _analysis_for(target: str, db: str | None):

@@ -56,6 +56,7 @@ class DeviceAllocator:
         # are reused when the simulation asks for the same size there; otherwise addresses grow downward
         # from the lowest one in use, as CUDA's own address allocation mostly does.
         self.address_hints: dict[int, list[tuple[int, int]]] = {}
+        self.clock = None  # a callable giving microseconds since the epoch, stamped on trace entries
         self._ranges: dict[int, int] = {}  # start -> size of every segment and reservation in use
 
     # -- public API ----------------------------------------------------------------------------------
@@ -418,6 +419,8 @@ class DeviceAllocator:
         if addr is not None:
             entry["addr"] = addr
         entry.update(extra)
+        if self.clock is not None:
+            entry["time_us"] = self.clock()
         self.trace.append(entry)
 
     def largest_free_block(self) -> int:

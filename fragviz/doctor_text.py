@@ -1,0 +1,28 @@
+"""The doctor's findings as text for a terminal."""
+from __future__ import annotations
+
+from typing import Any
+
+from fragviz.units import format_bytes
+
+_TITLES = {"exhaustion": "true exhaustion", "fragmentation": "fragmentation",
+           "outside_pytorch": "memory outside PyTorch", "capacity_cap": "a capacity cap"}
+_FIGURES = (("requested_bytes", "requested"), ("reserved_bytes", "reserved by PyTorch"),
+            ("allocated_bytes", "allocated to tensors"), ("largest_free_block", "largest free block"),
+            ("device_free_bytes", "device free"), ("device_total_bytes", "device total"))
+
+
+def doctor_text(source: str, ooms: list[dict[str, Any]]) -> str:
+    if not ooms:
+        return (f"{source}: no out-of-memory error recorded (no `oom` trace entry). Pass the error text with "
+                "--message to diagnose one.")
+    lines = []
+    for n, o in enumerate(ooms, 1):
+        where = f" at event {o['event']} of device {o['device']}" if o.get("event") is not None else ""
+        lines.append(f"OOM {n}{where}: {_TITLES[o['verdict']]}")
+        figures = [f"{label} {format_bytes(o[key])}" for key, label in _FIGURES if o.get(key) is not None]
+        if figures and o["requested_bytes"]:
+            lines.append("  " + "; ".join(figures))
+        lines.extend(f"  - {a}" for a in o["advice"])
+        lines.extend(f"  what if: {w['summary']}" for w in o["what_if"])
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""The simulator applied to a snapshot: follow mode (how well the model predicts the recorded allocator)
+and free-run what-ifs (the same workload under other settings or on another device size)."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
+from fragviz.allocator.follow import follow_device
+from fragviz.allocator.freerun import FreeRunResult, free_run
+from fragviz.allocator.state import snapshot_dict
+from fragviz.analysis import Analysis
+from fragviz.errors import UsageError
+from fragviz.model import OOM
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """'80GiB', '80 GB', '81920MiB', '8589934592' -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _UNITS:
+        raise UsageError(f"'{text}' is not a size: use a number with B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def follow(analysis: Analysis) -> dict[str, Any]:
+    """Follow mode on every device: the `fragviz simulate FILE --json` object."""
+    devices = []
+    for device, replay in analysis.replays.items():
+        result = follow_device(replay.trace, replay.segments_at(0), analysis.snapshot.segments_of(device),
+                               analysis.settings)
+        devices.append(result.as_dict())
+    return {"devices": devices}
+
+
+def recorded_capacity(analysis: Analysis, device: int) -> int | None:
+    """What PyTorch could reserve on the device, as far as the trace tells: reserved + free at its first OOM."""
+    replay = analysis.replays[device]
+    hits = (replay.trace.action == OOM).nonzero()[0]
+    if not len(hits):
+        return None
+    k = int(hits[0])
+    return int(replay.series["reserved"][k]) + int(replay.trace.addr[k])
+
+
+def run_free(analysis: Analysis, device: int, settings: AllocatorSettings, capacity: int | None,
+             record: bool = False) -> FreeRunResult:
+    replay = analysis.replays[device]
+    return free_run(replay.trace, replay.segments_at(0), settings, capacity, replay.series["reserved"].tolist(),
+                    record=record)
+
+
+def what_if(analysis: Analysis, conf: str, device_memory: int | None = None) -> dict[str, Any]:
+    """Free-run every device under `conf` and under the recorded settings: the `--alloc-conf` JSON object."""
+    settings = parse_alloc_conf(conf)
+    devices = []
+    for device in analysis.replays:
+        capacity = device_memory if device_memory is not None else recorded_capacity(analysis, device)
+        given = run_free(analysis, device, settings, capacity).summary()
+        recorded = run_free(analysis, device, analysis.settings, capacity).summary()
+        devices.append({"device": device, "mode": "free-run", **given, "recorded": recorded})
+    return {"devices": devices}
+
+
+def simulated_snapshot(analysis: Analysis, conf: str, device_memory: int | None = None) -> dict[str, Any]:
+    """The free-run under `conf` as a snapshot in PyTorch's format, marked as simulated."""
+    settings = parse_alloc_conf(conf)
+    allocators = []
+    for device in analysis.replays:
+        capacity = device_memory if device_memory is not None else recorded_capacity(analysis, device)
+        allocators.append(run_free(analysis, device, settings, capacity, record=True).allocator)
+    snap = analysis.snapshot
+    provenance = {"origin": "simulated", "source": snap.source, "alloc_conf": conf, "device_memory_bytes": device_memory,
+                  "mode": "free-run"}
+    return snapshot_dict(allocators, snap.frames, snap.stacks, provenance)
