@@ -182,7 +182,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
         raise UsageError("capture runs a Python script: fragviz capture [options] -- python script.py ARGS")
     if args.alloc_conf is not None:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = args.alloc_conf  # before CUDA initialises
-    from fragviz.capture import capture
+    from fragviz.recorder import capture
     from fragviz.simulate import parse_size
 
     memory = parse_size(args.device_memory) if args.device_memory else None

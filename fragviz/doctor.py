@@ -53,21 +53,24 @@ class OomFacts:
 
 
 def verdict_of(f: OomFacts) -> str:
-    """The cause, decided in this order: impossible request, cap, fragmentation, outside memory, exhaustion."""
-    q, free, cached = f.requested, f.free, f.cached_free
+    """The cause, in this order: an impossible request, a cap, memory held outside PyTorch, fragmentation,
+    exhaustion. `slack` keeps a device "free" figure a little above the request (page granularity, the
+    driver's own needs) from counting as room."""
+    q, free, cached, outside = f.requested, f.free, f.cached_free, f.outside
     if q is None:
         return "outside_pytorch" if f.era == "driver" else "exhaustion"
+    slack = max(64 * 1024 * 1024, q // 10)
     if f.total is not None and q > f.total:
         return "exhaustion"
     if f.allowed is not None and f.reserved is not None and f.reserved + q > f.allowed:
         return "capacity_cap"
-    if free is not None and free >= q:
+    if free is not None and free >= q + slack:
         return "capacity_cap"
-    if cached is not None and (cached >= q or (free is not None and cached + free >= q)):
-        return "fragmentation"
-    outside = f.outside
-    if outside is not None and outside >= 0.1 * f.total and outside + (free or 0) + (cached or 0) >= q:
+    if (outside is not None and outside >= 0.1 * f.total and outside > (cached or 0)
+            and outside + (free or 0) + (cached or 0) >= q):
         return "outside_pytorch"
+    if cached is not None and (cached >= q or (free is not None and cached >= slack and cached + free >= q)):
+        return "fragmentation"
     return "exhaustion"
 
 
@@ -142,7 +145,7 @@ def _cap(f: OomFacts, helps: dict[str, bool]) -> list[str]:
         return [f"A per-process memory fraction caps PyTorch at {fb(f.allowed)}, and {fb(f.reserved)} reserved "
                 f"plus {fb(f.requested)} requested exceeds it. Raise or remove "
                 "torch.cuda.set_per_process_memory_fraction."]
-    return [f"The device reported {fb(f.free)} free, at least the {fb(f.requested)} requested, yet the allocation "
+    return [f"The device reported {fb(f.free)} free, more than the {fb(f.requested)} requested, yet the allocation "
             "failed: a limit outside PyTorch's figures applied (a memory fraction, MIG or MPS limits, or the "
             "driver's own accounting, as under Windows WDDM).",
             "Check torch.cuda.set_per_process_memory_fraction and the GPU's partitioning (nvidia-smi)."]
