@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import subprocess
 import sys
 import time
@@ -18,16 +17,20 @@ def benchmark_snapshot(events: int, seed: int = 7) -> str:
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, f"bench_{events}_{seed}.pickle")
     if not os.path.exists(path):
-        sys.path.insert(0, ROOT)
-        from fragviz.synth import synthetic_snapshot
-
+        # In a child process: a benchmark parent that grew large would inflate the peak memory its later
+        # children report (Linux counts a forked child's inherited pages in its maximum RSS).
         print(f"writing the benchmark snapshot ({events} events) to {path} ...", flush=True)
-        data = synthetic_snapshot(events, seed=seed, depth=10)
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as fh:
-            pickle.dump(data, fh, protocol=4)
-        os.replace(tmp, path)
+        subprocess.run([sys.executable, "-c", WRITE, path, str(events), str(seed)], check=True, cwd=ROOT)
     return path
+
+
+WRITE = ("import pickle, sys\n"
+         "from fragviz.synth import synthetic_snapshot\n"
+         "path, events, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
+         "data = synthetic_snapshot(events, seed=seed, depth=10)\n"
+         "with open(path + '.tmp', 'wb') as fh:\n"
+         "    pickle.dump(data, fh, protocol=4)\n"
+         "import os; os.replace(path + '.tmp', path)\n")
 
 
 def run_measured(argv: list[str], env: dict | None = None) -> tuple[float, int, str]:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: set up, ingest the bundled samples into the embedded store and report on each.
+# The main job: set up, ingest the bundled samples into the embedded store, report on each, explain the OOM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -14,3 +14,5 @@ PY
     echo
     .venv/bin/fragviz report "$id" --db "$DB"
 done
+echo
+.venv/bin/fragviz doctor sample_snapshots/gpt_train_fragmentation_oom.pickle.gz
