@@ -45,8 +45,3 @@ def state_figures(segments: list[Segment]) -> StateFigures:
                 allocated += b.size
                 requested += b.requested_size
     return StateFigures(reserved, allocated, requested, free, n_free, largest, len(segments), n_blocks, n_alloc)
-
-
-def free_gaps(segments: list[Segment]) -> list[int]:
-    """Sizes of every free (inactive) block."""
-    return [b.size for s in segments for b in s.blocks if b.state is BlockState.INACTIVE]

@@ -16,7 +16,7 @@ def real(name: str) -> str:
 
 
 def frames(*names: str) -> list[dict[str, Any]]:
-    return [{"filename": f"/home/u/train.py", "line": 10 + i, "name": n} for i, n in enumerate(names)]
+    return [{"filename": "/home/u/train.py", "line": 10 + i, "name": n} for i, n in enumerate(names)]
 
 
 def block(address: int, size: int, state: str = "active_allocated", requested: int | None = None,

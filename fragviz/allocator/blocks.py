@@ -36,10 +36,6 @@ class Block:
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None
 
-    @property
-    def is_free(self) -> bool:
-        return not self.allocated and not self.pending
-
     def splice(self, prev: "Block | None", nxt: "Block | None") -> None:
         """Link this block between prev and nxt."""
         self.prev, self.next = prev, nxt

@@ -12,11 +12,11 @@ from typing import Any
 
 from fragviz.allocator.blocks import Block, BlockPool, ExpandableSegment
 from fragviz.allocator.config import AllocatorSettings
-from fragviz.allocator.rules import LARGE_BUFFER, SMALL_BUFFER, SMALL_SIZE, allocation_size, round_size, should_split
+from fragviz.allocator.rules import LARGE_BUFFER, SMALL_BUFFER, allocation_size, round_size, should_split
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import allocator_segments, load_segments
 from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
-                           SEGMENT_UNMAP, BlockState, Segment, Trace)
+                           SEGMENT_UNMAP, Segment, Trace)
 
 SEGMENT_ACTIONS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
 NEW_MEMORY = (SEGMENT_ALLOC, SEGMENT_MAP)
@@ -298,5 +298,3 @@ def follow_device(trace: Trace, start: list[Segment], final: list[Segment], sett
     """Follow `trace` from the `start` state; score predictions; check the end against `final`."""
     return _Follower(trace, start, settings).run(final)
 
-
-__all__ = ["follow_device", "predict", "FollowResult", "Prediction", "BlockState", "SMALL_SIZE"]

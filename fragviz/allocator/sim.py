@@ -459,6 +459,3 @@ def _room(b: Block | None, size: int) -> int:
         b = b.next
     return total
 
-
-def _align(addr: int, unit: int = VA_ALIGN) -> int:
-    return -(-addr // unit) * unit

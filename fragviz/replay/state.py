@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from fragviz.model import NO_STACK, Block, BlockState, Segment
-from fragviz.replay.layout import (ALLOC_EVENT, PENDING, REQUESTED, SEGMENT, SIZE, STACK, STREAM, Layout, Seg,
-                                   Sizer)
+from fragviz.replay.layout import (ALLOC_EVENT, PENDING, REQUESTED, SIZE, STACK, STREAM, Layout, Seg)
 
 _POOLS = ("small", "large")
 
@@ -71,11 +70,3 @@ def _blocks_of(layout: Layout, seg: Seg) -> tuple[Block, ...]:
     if seg.end > cursor:
         blocks.append(Block(cursor, seg.end - cursor, 0, BlockState.INACTIVE, NO_STACK))
     return tuple(blocks)
-
-
-def orphan_blocks(layout: Layout) -> list[tuple[int, list]]:
-    """Active blocks that lie on no segment (inconsistent traces), as (address, record)."""
-    return [(a, r) for a, r in sorted(layout.blocks.items()) if r[SEGMENT] is None]
-
-
-__all__ = ["layout_to_arrays", "segs_and_blocks", "layout_segments", "orphan_blocks", "Sizer"]

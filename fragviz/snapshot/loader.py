@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import pickle
 import zlib
 from dataclasses import dataclass
@@ -160,6 +159,3 @@ def _describe(data: bytes) -> str:
             return f"the content is {what}"
     return f"unrecognised content starting with {data[:8]!r}"
 
-
-def file_name(path: str) -> str:
-    return os.path.basename(path)
