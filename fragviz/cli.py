@@ -83,6 +83,15 @@ def _parser() -> argparse.ArgumentParser:
     cap.add_argument("--simulate", action="store_true", help="simulate even where CUDA is available")
     cap.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")
     cap.set_defaults(run=_cmd_capture)
+
+    srv = sub.add_parser("serve", help="serve the dashboard (and its HTTP API) over a store")
+    srv.add_argument("--db", help=db_help)
+    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    srv.add_argument("--port", type=int, default=8050)
+    srv.add_argument("--token", help="access token for the pages and the API (default $FRAGVIZ_TOKEN)")
+    srv.add_argument("--samples", metavar="DIR", help="ingest these *.pickle.gz into an empty store on start")
+    srv.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    srv.set_defaults(run=_cmd_serve)
     return p
 
 
@@ -190,8 +199,9 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     sys.argv = command
     status = 0
     try:
-        with capture(args.out, memory, args.alloc_conf, simulate=True if args.simulate else None):
-            runpy.run_path(command[0], run_name="__main__")
+        script = command[0]
+        with capture(args.out, memory, args.alloc_conf, simulate=True if args.simulate else None, root_file=script):
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:  # the workload's own failure (an OOM above all): the snapshot is still written
@@ -202,6 +212,19 @@ def _cmd_capture(args: argparse.Namespace) -> int:
         sys.argv = saved_argv
     print(f"snapshot written to {args.out}", file=sys.stderr)
     return status
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from fragviz.ui.factory import create_app
+
+    token = args.token or os.environ.get("FRAGVIZ_TOKEN") or None
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"fragviz: warning: serving on {args.host}: other machines can reach this dashboard"
+              + ("" if token else " and no access token is set (use --token or FRAGVIZ_TOKEN)"), file=sys.stderr)
+    app = create_app(db_path(args.db), token=token, samples=args.samples)
+    print(f"fragviz: serving http://{args.host}:{args.port}/ over {db_path(args.db)}", file=sys.stderr, flush=True)
+    app.run(host=args.host, port=args.port, debug=args.debug, threaded=True)
+    return 0
 
 
 def _analysis_for(target: str, db: str | None):

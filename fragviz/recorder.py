@@ -44,7 +44,7 @@ def write_snapshot(path: str, data: dict[str, Any]) -> None:
 
 @contextmanager
 def capture(path: str, device_memory: int | None = None, alloc_conf: str | None = None,
-            max_entries: int = 1_000_000, simulate: bool | None = None) -> Iterator[Any]:
+            max_entries: int = 1_000_000, simulate: bool | None = None, root_file: str | None = None) -> Iterator[Any]:
     """Record the memory history of the code in the block into the snapshot file at `path`."""
     import torch
 
@@ -53,7 +53,7 @@ def capture(path: str, device_memory: int | None = None, alloc_conf: str | None 
         with _cuda_capture(path, max_entries) as handle:
             yield handle
     else:
-        with _simulated_capture(path, device_memory or DEFAULT_DEVICE_MEMORY, alloc_conf) as handle:
+        with _simulated_capture(path, device_memory or DEFAULT_DEVICE_MEMORY, alloc_conf, root_file) as handle:
             yield handle
 
 
@@ -80,7 +80,7 @@ def _cuda_capture(path: str, max_entries: int) -> Iterator[None]:
 class SimulatedDevice:
     """Serves CPU tensor storages from a simulated CUDA caching allocator, with their Python stacks."""
 
-    def __init__(self, device_memory: int, alloc_conf: str | None) -> None:
+    def __init__(self, device_memory: int, alloc_conf: str | None, root_file: str | None = None) -> None:
         conf = alloc_conf if alloc_conf is not None else os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
         self.conf = conf
         self.alloc = DeviceAllocator(parse_alloc_conf(conf), device_memory)
@@ -92,6 +92,7 @@ class SimulatedDevice:
         self._live: dict[int, Any] = {}
         self.oom_message: str | None = None
         self.closed = False  # once the snapshot is being taken, later frees (finalizers, GC) are not recorded
+        self.root_file = root_file  # the script being run: frames outside it (the launcher) are left out
 
     def track(self, storage: Any) -> None:
         key = storage._cdata
@@ -114,7 +115,11 @@ class SimulatedDevice:
 
     def _stack(self) -> int:
         frames = []
-        for fs in reversed(traceback.extract_stack()[:-3]):  # innermost first, as PyTorch writes them
+        stack = traceback.extract_stack()[:-3]
+        if self.root_file is not None:
+            outer = next((i for i, fs in enumerate(stack) if fs.filename == self.root_file), 0)
+            stack = stack[outer:]
+        for fs in reversed(stack):  # innermost first, as PyTorch writes them
             if any(s in fs.filename for s in _SKIP_FILES):
                 continue
             frame = Frame(fs.filename, fs.lineno or 0, fs.name)
@@ -152,12 +157,13 @@ def _oom_error(message: str) -> Exception:
 
 
 @contextmanager
-def _simulated_capture(path: str, device_memory: int, alloc_conf: str | None) -> Iterator[SimulatedDevice]:
+def _simulated_capture(path: str, device_memory: int, alloc_conf: str | None,
+                       root_file: str | None) -> Iterator[SimulatedDevice]:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
-    device = SimulatedDevice(device_memory, alloc_conf)
+    device = SimulatedDevice(device_memory, alloc_conf, root_file)
 
     class _Tracker(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -47,10 +47,10 @@ def recorded_capacity(analysis: Analysis, device: int) -> int | None:
 
 
 def run_free(analysis: Analysis, device: int, settings: AllocatorSettings, capacity: int | None,
-             record: bool = False) -> FreeRunResult:
+             record: bool = False, progress=None) -> FreeRunResult:
     replay = analysis.replays[device]
     return free_run(replay.trace, replay.segments_at(0), settings, capacity, replay.series["reserved"].tolist(),
-                    record=record)
+                    record=record, progress=progress)
 
 
 def what_if(analysis: Analysis, conf: str, device_memory: int | None = None) -> dict[str, Any]:

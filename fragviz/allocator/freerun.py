@@ -8,7 +8,7 @@ itself, from the state rebuilt at the start of the trace.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from fragviz.allocator.blocks import Block
 from fragviz.allocator.config import AllocatorSettings
@@ -122,7 +122,8 @@ def recorded_device_allocations(trace: Trace) -> dict[int, list[tuple[int, int]]
 
 
 def free_run(trace: Trace, start: list[Segment], settings: AllocatorSettings, capacity: int | None,
-             reserved: list[int] | None = None, record: bool = False) -> FreeRunResult:
+             reserved: list[int] | None = None, record: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> FreeRunResult:
     """Replay the workload of `trace` from the `start` state under `settings` on a device of `capacity` bytes.
 
     `reserved` is the recorded reserved bytes after each event (the replay's series), used to read the trace.
@@ -132,8 +133,11 @@ def free_run(trace: Trace, start: list[Segment], settings: AllocatorSettings, ca
     alloc.address_hints = recorded_device_allocations(trace)
     result = FreeRunResult(trace.device, settings, capacity, alloc)
     live: dict[Any, Block] = {(b.addr, 0): b for b in alloc.active.values()}
-    for op in workload(trace, reserved, capacity):
+    n = len(trace)
+    for count, op in enumerate(workload(trace, reserved, capacity)):
         alloc._event = op.event
+        if progress is not None and count % 5000 == 0:
+            progress(op.event, n)
         if op.kind == "alloc":
             block = alloc.malloc(op.size, op.stream, op.stack)
             if block is None:

@@ -13,6 +13,7 @@ import numpy as np
 from fragviz.allocator.config import settings_from_snapshot
 from fragviz.analysis import Analysis
 from fragviz.columns import decode_columns
+from fragviz.lod import choose_bucket, per_event
 from fragviz.errors import NotFoundError, UsageError
 from fragviz.metrics import StateFigures, state_figures
 from fragviz.model import Block, BlockState, Frame, FormatInfo, Segment, Snapshot, Trace, empty_trace
@@ -188,6 +189,99 @@ class StoreReader:
                                 offset=chunk * CHUNK_EVENTS)
         segments = layout_segments(layout, device)
         return segments, state_figures(segments), k
+
+
+    # -- what the dashboard draws ----------------------------------------------------------------------
+    def trace_length(self, sid: int, device: int) -> int:
+        devices = self._devices(sid)
+        if device not in devices:
+            self.snapshot_row(sid)
+            raise NotFoundError(f"{self.path}: snapshot {sid} has no device {device}")
+        return devices[device]["trace_events"]
+
+    def timeline(self, sid: int, device: int, lo: int = 0, hi: int | None = None,
+                 max_points: int = 2000) -> dict[str, Any]:
+        """Figures over states lo..hi: raw where few enough, else min/max per bucket (key "bucket" says which)."""
+        n = self.trace_length(sid, device)
+        hi = n if hi is None else min(max(hi, 0), n)
+        lo = min(max(lo, 0), hi)
+        buckets = [r[0] for r in self._conn().execute(
+            "SELECT bucket FROM series_lod WHERE snapshot_id = ? AND device = ?", (sid, device))]
+        bucket = choose_bucket(lo, hi, max_points, buckets)
+        if bucket == 1:
+            first, last = lo // CHUNK_EVENTS, hi // CHUNK_EVENTS
+            rows = self._conn().execute("SELECT chunk, data FROM series_chunks WHERE snapshot_id = ? AND device = ? "
+                                        "AND chunk >= ? AND chunk <= ? ORDER BY chunk", (sid, device, first, last))
+            chunks = [decode_columns(r[1]) for r in rows]
+            series = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+            figures = per_event(series)
+            base = first * CHUNK_EVENTS
+            out: dict[str, Any] = {"bucket": 1, "start": np.arange(lo, hi + 1)}
+            for name, values in figures.items():
+                out[name + "_min"] = out[name + "_max"] = values[lo - base:hi - base + 1]
+            times = self._times(sid, device, lo, hi)
+            if times is not None:
+                out["time_us_min"] = times
+            return out
+        cols = self._lod(sid, device, bucket)
+        i, j = lo // bucket, hi // bucket + 1
+        return {"bucket": bucket, **{k: v[i:j] for k, v in cols.items()}}
+
+    def _lod(self, sid: int, device: int, bucket: int) -> dict[str, np.ndarray]:
+        key = (sid, device, bucket)
+        cache = getattr(self._local, "lod", None)
+        if cache is None:
+            cache = self._local.lod = {}
+        if key not in cache:
+            row = self._conn().execute("SELECT data FROM series_lod WHERE snapshot_id = ? AND device = ? AND bucket = ?",
+                                       key).fetchone()
+            if len(cache) > 16:
+                cache.clear()
+            cache[key] = decode_columns(row[0])
+        return cache[key]
+
+    def _times(self, sid: int, device: int, lo: int, hi: int) -> np.ndarray | None:
+        first, last = max(0, lo - 1) // CHUNK_EVENTS, max(0, hi - 1) // CHUNK_EVENTS
+        chunks = self._trace_chunks(sid, device, first, last)
+        if not chunks:
+            return None
+        times = np.concatenate([c["time_us"] for c in chunks])
+        if (times < 0).any():
+            return None
+        base = first * CHUNK_EVENTS
+        idx = np.clip(np.arange(lo, hi + 1) - 1, 0, None) - base
+        return times[np.clip(idx, 0, len(times) - 1)]
+
+    def markers(self, sid: int, device: int, limit: int = 5000) -> dict[str, list[int]]:
+        """Event indices of OOMs, device allocations and releases, and `snapshot` actions (at most `limit` each)."""
+        names = self._devices(sid)[device]["action_names"] if device in self._devices(sid) else ()
+        trace = self.trace(sid, device, names)
+        kinds = {"oom": ("oom",), "segment_alloc": ("segment_alloc", "segment_map"),
+                 "segment_free": ("segment_free", "segment_unmap"), "snapshot": ("snapshot",)}
+        out: dict[str, list[int]] = {}
+        for kind, actions in kinds.items():
+            codes = [names.index(a) for a in actions if a in names]
+            hits = np.nonzero(np.isin(trace.action, codes))[0] if codes else np.zeros(0, np.int64)
+            if len(hits) > limit:
+                hits = hits[np.linspace(0, len(hits) - 1, limit).astype(np.int64)]
+            out[kind] = (hits + 1).tolist()  # the state right after the event
+        return out
+
+    def stack_frames(self, sid: int, local_stack: int) -> list[Frame]:
+        """The frames (innermost first) of one of a snapshot's stacks."""
+        if local_stack < 0:
+            return []
+        row = self._conn().execute("SELECT st.frame_ids FROM snapshot_stacks ss JOIN stacks st ON st.id = ss.stack_id "
+                                   "WHERE ss.snapshot_id = ? AND ss.local_id = ?", (sid, local_stack)).fetchone()
+        if row is None:
+            return []
+        ids = np.frombuffer(row[0], np.int64).tolist()
+        frames = {}
+        for chunk in range(0, len(ids), 500):
+            part = ids[chunk:chunk + 500]
+            q = f"SELECT id, filename, line, name FROM frames WHERE id IN ({','.join('?' * len(part))})"
+            frames.update({fid: Frame(f, line, name) for fid, f, line, name in self._conn().execute(q, part)})
+        return [frames[i] for i in ids]
 
 
 def _trace_from(device: int, chunks: list[dict], action_names: tuple[str, ...]) -> Trace:

@@ -11,6 +11,7 @@ Version 1 tables:
   segments, blocks                  the final state as recorded in the file
   trace_chunks                      the trace in chunks of CHUNK_EVENTS events, columnar blobs (fragviz.columns)
   series_chunks                     per-event figures after each event, same chunking (n + 1 states)
+  series_lod                        the same summarised as min/max per bucket of 16, 64, 256... events
   checkpoints                       the replayed state after every CHUNK_EVENTS events, columnar blobs
 Everything a snapshot owns references snapshots(id) ON DELETE CASCADE, so deleting a row removes it whole.
 """
@@ -85,6 +86,11 @@ CREATE TABLE IF NOT EXISTS series_chunks (
     snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
     device INTEGER NOT NULL, chunk INTEGER NOT NULL, data BLOB NOT NULL,
     PRIMARY KEY (snapshot_id, device, chunk)
+);
+CREATE TABLE IF NOT EXISTS series_lod (
+    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
+    device INTEGER NOT NULL, bucket INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (snapshot_id, device, bucket)
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
     snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,

@@ -10,6 +10,7 @@ import numpy as np
 
 from fragviz.analysis import Analysis
 from fragviz.columns import encode_columns
+from fragviz.lod import bucket_sizes, per_event, summarise
 from fragviz.model import Snapshot, Trace
 from fragviz.replay import DeviceReplay
 from fragviz.report import report_dict
@@ -88,6 +89,10 @@ def _insert_device(conn: sqlite3.Connection, sid: int, snap: Snapshot, replay: D
                      ((sid, device, c, blob) for c, blob in _trace_chunks(trace, replay.block_size)))
     conn.executemany("INSERT INTO series_chunks VALUES (?, ?, ?, ?)",
                      ((sid, device, c, blob) for c, blob in _series_chunks(replay.series)))
+    figures = per_event(replay.series, trace.time_us)
+    conn.executemany("INSERT INTO series_lod VALUES (?, ?, ?, ?)",
+                     ((sid, device, b, encode_columns(summarise(figures, b)))
+                      for b in bucket_sizes(len(figures["reserved"]))))
     conn.executemany("INSERT INTO checkpoints VALUES (?, ?, ?, ?)",
                      ((sid, device, event, encode_columns(cols)) for event, cols in replay.checkpoints.items()))
 

@@ -1,0 +1,1 @@
+"""The dashboard (Dash + Plotly on Flask). Only this package and app.py import Dash and Plotly."""

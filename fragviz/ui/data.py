@@ -1,0 +1,75 @@
+"""What the pages show, read through the store's reader (no SQL and no files here)."""
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import lru_cache
+from typing import Any
+
+from fragviz.metrics import StateFigures
+from fragviz.model import BlockState, Frame, Segment
+from fragviz.report import site_label
+from fragviz.store.reader import StoreReader
+
+
+class Views:
+    """Read helpers for one store, with small caches for what does not change (stored snapshots are immutable)."""
+
+    def __init__(self, reader: StoreReader) -> None:
+        self.reader = reader
+        self._frames = lru_cache(maxsize=20000)(self._frames_uncached)
+        self.analysis = lru_cache(maxsize=4)(reader.load_analysis)
+        self.doctor = lru_cache(maxsize=16)(self._doctor)
+        self.markers = lru_cache(maxsize=32)(reader.markers)
+
+    def _frames_uncached(self, sid: int, stack: int) -> tuple[Frame, ...]:
+        return tuple(self.reader.stack_frames(sid, stack))
+
+    def frames(self, sid: int, stack: int) -> tuple[Frame, ...]:
+        return self._frames(sid, stack) if stack >= 0 else ()
+
+    def site(self, sid: int, stack: int) -> str:
+        frames = self.frames(sid, stack)
+        return site_label(list(frames)) if frames else ""
+
+    def state(self, sid: int, device: int, event: int | None) -> tuple[list[Segment], StateFigures, int]:
+        return self.reader.device_state(sid, device, event)
+
+    def top_sites(self, sid: int, segments: list[Segment], limit: int = 12) -> list[dict[str, Any]]:
+        by_site: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for seg in segments:
+            for b in seg.blocks:
+                if b.state is not BlockState.INACTIVE:
+                    entry = by_site[self.site(sid, b.stack) or "(no stack recorded)"]
+                    entry[0] += b.size
+                    entry[1] += 1
+        rows = [{"site": s, "bytes": v[0], "blocks": v[1]} for s, v in by_site.items()]
+        return sorted(rows, key=lambda r: -r["bytes"])[:limit]
+
+    def stack_weights(self, sid: int, segments: list[Segment], limit: int = 200) -> dict[tuple[Frame, ...], int]:
+        by_stack: dict[int, int] = defaultdict(int)
+        for seg in segments:
+            for b in seg.blocks:
+                if b.state is not BlockState.INACTIVE and b.stack >= 0:
+                    by_stack[b.stack] += b.size
+        top = sorted(by_stack.items(), key=lambda kv: -kv[1])[:limit]
+        return {self.frames(sid, s): size for s, size in top}
+
+    def _doctor(self, sid: int) -> list[dict[str, Any]]:
+        from fragviz.doctor import diagnose
+
+        return diagnose(self.analysis(sid))
+
+    def peak_event(self, sid: int, device: int) -> int:
+        tl = self.reader.timeline(sid, device, max_points=10**9 if self.reader.trace_length(sid, device) < 200000
+                                  else 4000)
+        values = tl["allocated_max"]
+        i = int(values.argmax()) if len(values) else 0
+        if tl["bucket"] == 1:
+            return int(tl["start"][i])
+        lo = int(tl["start"][i])
+        fine = self.reader.timeline(sid, device, lo, lo + tl["bucket"], max_points=tl["bucket"] + 1)
+        return int(fine["start"][int(fine["allocated_max"].argmax())])
+
+
+def gaps_of(segments: list[Segment]) -> list[int]:
+    return [b.size for s in segments for b in s.blocks if b.state is BlockState.INACTIVE]

@@ -1,0 +1,224 @@
+"""Figure builders: records in, go.Figure out. Pure, so they are tested without a server."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from fragviz.model import BlockState, Frame, Segment
+from fragviz.units import format_bytes
+
+# Okabe-Ito: distinguishable with every common colour-vision deficiency.
+COLORS = {"allocated": "#0072B2", "requested": "#56B4E9", "reserved": "#E69F00", "free": "#009E73",
+          "fragmentation": "#CC79A7", "oom": "#D55E00", "pending": "#F0E442", "waste": "#003F63",
+          "segment": "#999999", "selected": "#000000"}
+LABELS = {"allocated": "allocated", "requested": "requested", "reserved": "reserved", "free": "cached free"}
+
+
+def unit_for(max_bytes: float) -> tuple[float, str]:
+    for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if max_bytes >= scale:
+            return float(scale), name
+    return 1.0, "B"
+
+
+def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: int | None,
+                    x_range: Sequence[float] | None = None) -> go.Figure:
+    """Memory over the trace (min/max per bucket where summarised), fragmentation on a second axis."""
+    x = np.asarray(tl["start"])
+    top = max([float(np.max(tl[k + "_max"])) for k in LABELS if len(tl[k + "_max"])] or [0.0])
+    scale, unit = unit_for(top)
+    fig = go.Figure()
+    for key, label in LABELS.items():
+        hi = np.asarray(tl[key + "_max"]) / scale
+        lo = np.asarray(tl[key + "_min"]) / scale
+        if tl["bucket"] > 1:
+            fig.add_trace(go.Scattergl(x=x, y=lo, mode="lines", line=dict(width=0, color=COLORS[key]),
+                                       showlegend=False, hoverinfo="skip", legendgroup=key))
+            fig.add_trace(go.Scattergl(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
+                                       fill="tonexty", legendgroup=key,
+                                       hovertemplate=f"{label} max %{{y:.3f}} {unit}<extra>event %{{x}}</extra>"))
+        else:
+            fig.add_trace(go.Scattergl(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
+                                       hovertemplate=f"{label} %{{y:.3f}} {unit}<extra>event %{{x}}</extra>"))
+    fig.add_trace(go.Scattergl(x=x, y=np.asarray(tl["fragmentation_max"]), mode="lines", name="fragmentation",
+                               yaxis="y2", line=dict(width=1, color=COLORS["fragmentation"], dash="dot"),
+                               hovertemplate="fragmentation %{y:.1%}<extra>event %{x}</extra>"))
+    _add_markers(fig, markers)
+    if event is not None:
+        fig.add_vline(x=event, line=dict(color=COLORS["selected"], width=1))
+    fig.update_layout(
+        margin=dict(l=60, r=60, t=30, b=40), height=320, hovermode="x", uirevision="timeline",
+        legend=dict(orientation="h", y=1.12, x=0), clickmode="event",
+        xaxis=dict(title="event", range=list(x_range) if x_range else None),
+        yaxis=dict(title=unit, rangemode="tozero"),
+        yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], tickformat=".0%",
+                    showgrid=False))
+    return fig
+
+
+def _add_markers(fig: go.Figure, markers: dict[str, list[int]]) -> None:
+    styles = {"oom": ("OOM", "x", COLORS["oom"], 12), "segment_alloc": ("device alloc", "triangle-up", "#555", 6),
+              "segment_free": ("device free", "triangle-down", "#555", 6), "snapshot": ("snapshot", "diamond", "#000", 7),
+              "annotation": ("annotation", "line-ns", "#777", 9)}
+    for kind, events in markers.items():
+        if not events or kind not in styles:
+            continue
+        name, symbol, color, size = styles[kind]
+        fig.add_trace(go.Scattergl(x=events, y=[0] * len(events), mode="markers", name=name, yaxis="y2",
+                                   marker=dict(symbol=symbol, color=color, size=size),
+                                   hovertemplate=f"{name}<extra>event %{{x}}</extra>"))
+
+
+BlockLabel = Callable[[int], str]
+
+
+def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int = 200) -> go.Figure:
+    """One row per segment (grouped by pool and stream, largest first), its blocks to scale and coloured by state.
+
+    customdata of every bar: [segment index, block index] into `segments`.
+    """
+    order = sorted(range(len(segments)), key=lambda i: (segments[i].pool, segments[i].stream,
+                                                         -segments[i].total_size, segments[i].address))[:max_rows]
+    scale, unit = unit_for(max((segments[i].total_size for i in order), default=0))
+    kinds = {"allocated": [], "rounding waste": [], "pending free": [], "free": []}
+    for row, i in enumerate(order):
+        seg = segments[i]
+        ylabel = f"{seg.pool}·s{_short_stream(seg.stream)} {seg.address:#x}"
+        for j, b in enumerate(seg.blocks):
+            offset = (b.address - seg.address) / scale
+            info = _block_text(seg, b, label(b.stack))
+            if b.state is BlockState.INACTIVE:
+                kinds["free"].append((ylabel, offset, b.size / scale, info, i, j))
+            elif b.state is BlockState.ACTIVE_PENDING_FREE:
+                kinds["pending free"].append((ylabel, offset, b.size / scale, info, i, j))
+            else:
+                used = min(b.requested_size, b.size) if b.requested_size else b.size
+                kinds["allocated"].append((ylabel, offset, used / scale, info, i, j))
+                if b.size > used:
+                    kinds["rounding waste"].append((ylabel, offset + used / scale, (b.size - used) / scale, info, i, j))
+    colors = {"allocated": COLORS["allocated"], "rounding waste": COLORS["waste"], "pending free": COLORS["pending"],
+              "free": "#E8E8E8"}
+    fig = go.Figure()
+    for name, rows in kinds.items():
+        if not rows:
+            continue
+        y, base, width, text, si, bi = zip(*rows)
+        fig.add_trace(go.Bar(y=y, x=width, base=base, orientation="h", name=name, marker=dict(
+            color=colors[name], line=dict(color="#FFFFFF", width=0.5)), hovertext=text, hoverinfo="text",
+            customdata=np.column_stack([si, bi])))
+    fig.update_layout(barmode="overlay", height=max(220, 22 * len(order) + 80), margin=dict(l=10, r=20, t=30, b=40),
+                      xaxis=dict(title=f"offset in segment ({unit})"), yaxis=dict(autorange="reversed", type="category",
+                                                                                  automargin=True),
+                      legend=dict(orientation="h", y=1.02, x=0), bargap=0.25, clickmode="event")
+    if len(segments) > len(order):
+        fig.add_annotation(text=f"showing the {len(order)} largest of {len(segments)} segments", xref="paper",
+                           yref="paper", x=1, y=1.06, showarrow=False, xanchor="right")
+    return fig
+
+
+def _short_stream(stream: int) -> str:
+    return "0" if stream == 0 else f"{stream & 0xFFFF:x}"
+
+
+def _block_text(seg: Segment, b, site: str) -> str:
+    state = {"active_allocated": "allocated", "active_pending_free": "pending free", "inactive": "free"}[b.state.value]
+    lines = [f"{state} {format_bytes(b.size)} at {b.address:#x}"]
+    if b.state is not BlockState.INACTIVE:
+        lines.append(f"requested {format_bytes(b.requested_size)}")
+    lines.append(f"stream {seg.stream}, {seg.pool} pool")
+    if site:
+        lines.append(_escape(site))
+    return "<br>".join(lines)
+
+
+def _escape(text: str) -> str:
+    # Plotly hover text is HTML-like: a frame named <script> must show as text.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def gap_histogram_figure(gaps: list[int], mark: int | None, largest: int, mark_label: str = "request") -> go.Figure:
+    """Free gaps by log2 size bucket: how many, and how many bytes; the request (or a chosen size) marked."""
+    fig = go.Figure()
+    if gaps:
+        exps = np.floor(np.log2(np.maximum(gaps, 1))).astype(int)
+        lo, hi = int(exps.min()), int(exps.max())
+        edges = list(range(lo, hi + 1))
+        counts = [int((exps == e).sum()) for e in edges]
+        volume = [int(np.asarray(gaps)[exps == e].sum()) for e in edges]
+        labels = [f"{format_bytes(2 ** e)}–{format_bytes(2 ** (e + 1))}" for e in edges]
+        fig.add_trace(go.Bar(x=labels, y=counts, name="gaps", marker_color=COLORS["free"],
+                             hovertemplate="%{x}: %{y} gaps<extra></extra>"))
+        fig.add_trace(go.Scatter(x=labels, y=[v / 2**20 for v in volume], name="MiB in gaps", yaxis="y2",
+                                 mode="lines+markers", line=dict(color=COLORS["reserved"]),
+                                 hovertemplate="%{x}: %{y:.2f} MiB<extra></extra>"))
+        if mark:
+            e = int(np.floor(np.log2(max(mark, 1))))
+            if lo <= e <= hi:
+                fig.add_vline(x=e - lo, line=dict(color=COLORS["oom"], width=2, dash="dash"))
+            fig.add_annotation(text=f"{mark_label} {format_bytes(mark)}", x=min(max(e - lo, 0), hi - lo),
+                               y=1.08, yref="paper", showarrow=False, font=dict(color=COLORS["oom"]))
+    title = f"largest allocation that fits without a new segment: {format_bytes(largest)}"
+    fig.update_layout(title=dict(text=title, font=dict(size=13)), height=300, margin=dict(l=50, r=60, t=50, b=60),
+                      yaxis=dict(title="gaps"), yaxis2=dict(title="MiB", overlaying="y", side="right", showgrid=False),
+                      legend=dict(orientation="h", y=-0.35), bargap=0.1)
+    return fig
+
+
+def icicle_figure(weights: dict[tuple[Frame, ...], int], max_depth: int = 10) -> go.Figure:
+    """Live bytes by stack, root first: where in the program the memory was allocated."""
+    ids, parents, labels, values = ["root"], [""], ["all"], [sum(weights.values())]
+    index: dict[tuple, str] = {(): "root"}
+    for stack, size in sorted(weights.items(), key=lambda kv: -kv[1]):
+        path: tuple = ()
+        for frame in list(reversed(stack))[:max_depth]:
+            parent = index[path]
+            path = path + (frame,)
+            node = index.get(path)
+            if node is None:
+                node = index[path] = f"n{len(ids)}"
+                ids.append(node)
+                parents.append(parent)
+                labels.append(_escape(f"{frame.name} ({frame.filename.rsplit('/', 1)[-1]}:{frame.line})"))
+                values.append(0)
+            values[ids.index(node)] += size
+    fig = go.Figure(go.Icicle(ids=ids, parents=parents, labels=labels, values=values, branchvalues="total",
+                              hovertemplate="%{label}<br>%{value:,} bytes<extra></extra>",
+                              marker=dict(colorscale="Blues"), root=dict(color="#DDDDDD")))
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=10, b=10))
+    return fig
+
+
+def overlay_figure(recorded: dict[str, Any], simulated: dict[str, Any] | None, label: str) -> go.Figure:
+    """Reserved bytes and fragmentation of the recorded run and of a simulated one, over the same events."""
+    top = max(float(np.max(recorded["reserved_max"])) if len(recorded["reserved_max"]) else 0.0,
+              float(np.max(simulated["reserved_max"])) if simulated and len(simulated["reserved_max"]) else 0.0)
+    scale, unit = unit_for(top)
+    fig = go.Figure()
+    for run, name, dash in ((recorded, "recorded", None), (simulated, label, "dash")):
+        if not run:
+            continue
+        fig.add_trace(go.Scattergl(x=run["start"], y=np.asarray(run["reserved_max"]) / scale, name=f"reserved, {name}",
+                                   line=dict(color=COLORS["reserved"], dash=dash)))
+        fig.add_trace(go.Scattergl(x=run["start"], y=run["fragmentation_max"], name=f"fragmentation, {name}",
+                                   yaxis="y2", line=dict(color=COLORS["fragmentation"], dash=dash, width=1)))
+    fig.update_layout(height=360, margin=dict(l=60, r=60, t=30, b=40), xaxis=dict(title="workload event"),
+                      yaxis=dict(title=unit, rangemode="tozero"), legend=dict(orientation="h", y=1.15),
+                      yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], tickformat=".0%"))
+    return fig
+
+
+def difference_figure(rows: list[dict[str, Any]], label_a: str, label_b: str) -> go.Figure:
+    """Live bytes per allocation site in two states, the sites that changed most first."""
+    rows = rows[:25]
+    fig = go.Figure()
+    sites = [_escape(r["site"])[:80] for r in rows]
+    fig.add_trace(go.Bar(y=sites, x=[r["bytes_a"] / 2**20 for r in rows], name=label_a, orientation="h",
+                         marker_color=COLORS["requested"]))
+    fig.add_trace(go.Bar(y=sites, x=[r["bytes_b"] / 2**20 for r in rows], name=label_b, orientation="h",
+                         marker_color=COLORS["allocated"]))
+    fig.update_layout(barmode="group", height=max(260, 28 * len(rows) + 80), xaxis=dict(title="MiB live"),
+                      yaxis=dict(autorange="reversed", automargin=True), margin=dict(l=10, r=10, t=30, b=40),
+                      legend=dict(orientation="h", y=1.05))
+    return fig

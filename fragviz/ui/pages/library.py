@@ -1,0 +1,52 @@
+"""The library: every ingested snapshot, and the upload area."""
+from __future__ import annotations
+
+from dash import Input, Output, dcc, html
+
+from fragviz.ui import ids
+from fragviz.ui.api import snapshot_entry
+from fragviz.ui.pages.common import card, fb, header
+
+
+def layout(ctx) -> html.Div:
+    return html.Div([
+        header(),
+        html.Main(className="fv-main", children=[
+            card("Add snapshots",
+                 html.Div(id=ids.UPLOAD, className="fv-upload", children=[
+                     # assets/upload.js adds the file input and sends each file to POST /api/snapshots,
+                     # streaming it (no base64 round trip) and showing its progress.
+                     html.P(["Drop snapshot files here, or ", html.Span("choose files", className="fv-choose")],
+                            className="fv-upload-label"),
+                     html.P("torch.cuda.memory._dump_snapshot() pickles (.pickle, .pkl), gzip (.gz) or JSON; "
+                            "several at once.", className="fv-hint"),
+                 ]),
+                 html.Div(id=ids.UPLOAD_RESULTS, className="fv-upload-results", **{"aria-live": "polite"}),
+                 html.Button("refresh", id=ids.UPLOAD_DONE, className="fv-hidden", n_clicks=0)),
+            card("Snapshots", html.Div(id=ids.LIBRARY, children=table(ctx))),
+        ]),
+    ])
+
+
+def table(ctx) -> html.Table | html.P:
+    rows = ctx.reader.list_snapshots()
+    if not rows:
+        return html.P("No snapshots yet: add one above.")
+    head = html.Thead(html.Tr([html.Th(h) for h in ("snapshot", "devices", "file", "reserved", "peak reserved",
+                                                     "OOMs", "warnings", "added")]))
+    body = []
+    for row in rows:
+        e = snapshot_entry(row)
+        body.append(html.Tr([
+            html.Td(dcc.Link(row.name.rsplit("/", 1)[-1], href=f"/snapshots/{row.id}", title=row.name)),
+            html.Td(", ".join(map(str, e["devices"])) or "none"), html.Td(fb(e["file_size"])),
+            html.Td(fb(e["reserved_bytes"])), html.Td(fb(e["peak_reserved_bytes"])),
+            html.Td(str(e["ooms"]), className="fv-oom" if e["ooms"] else ""), html.Td(str(e["warnings"])),
+            html.Td(e["added_at"].replace("T", " ")[:16])]))
+    return html.Table(className="fv-table", children=[head, html.Tbody(body)])
+
+
+def register(app, ctx) -> None:
+    @app.callback(Output(ids.LIBRARY, "children"), Input(ids.UPLOAD_DONE, "n_clicks"), prevent_initial_call=True)
+    def refresh(_):
+        return table(ctx)

@@ -1,0 +1,246 @@
+"""The snapshot page: /snapshots/<id>?device=N&event=K. Every state of the view is in the URL."""
+from __future__ import annotations
+
+from dash import Input, Output, Patch, State, ctx as dash_ctx, dash_table, dcc, html, no_update
+
+from fragviz.errors import FragvizError
+from fragviz.snapshot.frames import is_user_frame
+from fragviz.ui import figures, ids
+from fragviz.ui.data import gaps_of
+from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int
+
+GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": True}
+
+
+def sid_of(pathname: str | None) -> int | None:
+    parts = (pathname or "").strip("/").split("/")
+    if len(parts) >= 2 and parts[0] in ("snapshots", "whatif") and parts[1].isdigit():
+        return int(parts[1])
+    return None
+
+
+def view_of(app_ctx, pathname: str | None, search: str | None) -> tuple[int, int, int, int]:
+    """(snapshot id, device, event, trace length) from the URL, defaults filled in, bounds checked."""
+    sid = sid_of(pathname)
+    row = app_ctx.reader.snapshot_row(sid)
+    device = query_int(search, "device")
+    if device not in row.devices:
+        device = row.devices[0] if row.devices else 0
+    n = app_ctx.reader.trace_length(sid, device) if row.devices else 0
+    event = query_int(search, "event")
+    event = n if event is None else min(max(event, 0), n)
+    return sid, device, event, n
+
+
+def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
+    try:
+        sid, device, event, n = view_of(app_ctx, pathname, search)
+        row = app_ctx.reader.snapshot_row(sid)
+        analysis = app_ctx.views.analysis(sid)
+    except FragvizError as exc:
+        return html.Div([header(), html.Main(className="fv-main", children=[error_panel(str(exc))])])
+    fmt = analysis.snapshot.format
+    controls = html.Div(className="fv-controls", children=[
+        html.Label(["device ", dcc.Dropdown(id=ids.DEVICE, options=[{"label": str(d), "value": d} for d in row.devices],
+                                            value=device, clearable=False, className="fv-device")]),
+        html.Button("◀", id=ids.PREV, title="previous event (←)", n_clicks=0),
+        html.Label(["event ", dcc.Input(id=ids.EVENT, type="number", min=0, max=n, value=event, debounce=True,
+                                        className="fv-event")]),
+        html.Button("▶", id=ids.NEXT, title="next event (→)", n_clicks=0),
+        html.Span(id=ids.EVENT_INFO, className="fv-event-info"),
+        dcc.Link("what if…", href=f"/whatif/{sid}?device={device}", className="fv-action"),
+        dcc.Link("compare…", href=f"/compare?a={sid}", className="fv-action"),
+    ])
+    return html.Div([
+        header(),
+        html.Main(className="fv-main", children=[
+            html.H2(row.name.rsplit("/", 1)[-1], title=row.name),
+            html.P(f"format {fmt.generation} ({fmt.torch_estimate}), {fmt.encoding}"
+                   f"{', gzip' if fmt.compression else ''} · {fb(row.file_size)} · {n} trace events on device "
+                   f"{device}", className="fv-sub"),
+            controls,
+            card("Memory over the trace", dcc.Graph(id=ids.TIMELINE, figure=timeline(app_ctx, sid, device, event),
+                                                    config=GRAPH_CONFIG)),
+            html.Div(className="fv-row", children=[
+                card("Segments at the selected event", html.Div(className="fv-scroll", children=dcc.Graph(
+                    id=ids.SEGMENT_MAP, config={"displaylogo": False})), class_name="fv-wide"),
+                card("Stack of the clicked block",
+                     dcc.Checklist(id=ids.STACK_ALL, options=[{"label": " show PyTorch-internal and C++ frames",
+                                                               "value": "all"}], value=[]),
+                     html.Div(id=ids.STACK_TRACE, className="fv-stack",
+                              children=html.P("Click a block in the segment map.")), class_name="fv-narrow"),
+            ]),
+            html.Div(className="fv-row", children=[
+                card("Free gaps", dcc.Graph(id=ids.GAP_HISTOGRAM, config={"displaylogo": False}),
+                     html.Label(["mark a size (MiB) ", dcc.Input(id=ids.MARK_SIZE, type="number", min=0,
+                                                                 debounce=True)])),
+                card("Why it ran out of memory", dcc.Loading(html.Div(id=ids.OOM_VERDICT))),
+            ]),
+            html.Div(className="fv-row", children=[
+                card("Top allocation sites at the event", sites_table(ids.SITES_NOW)),
+                card("Top allocation sites at the peak", dcc.Loading(sites_table(ids.SITES_PEAK))),
+            ]),
+            card("Memory by stack at the event", dcc.Graph(id=ids.ICICLE, config={"displaylogo": False})),
+            card("Allocator settings and capture health", health(analysis), id=ids.HEALTH),
+        ]),
+    ])
+
+
+def sites_table(table_id: str) -> dash_table.DataTable:
+    return dash_table.DataTable(id=table_id, columns=[{"name": "allocation site", "id": "site"},
+                                                      {"name": "live", "id": "live"},
+                                                      {"name": "bytes", "id": "bytes", "type": "numeric"},
+                                                      {"name": "blocks", "id": "blocks", "type": "numeric"}],
+                                sort_action="native", page_size=12, style_cell={"textAlign": "left",
+                                                                                 "fontFamily": "inherit",
+                                                                                 "whiteSpace": "normal"},
+                                style_table={"overflowX": "auto"})
+
+
+def sites_rows(rows: list[dict]) -> list[dict]:
+    return [{"site": r["site"], "live": fb(r["bytes"]), "bytes": r["bytes"], "blocks": r["blocks"]} for r in rows]
+
+
+def health(analysis) -> html.Div:
+    settings = analysis.snapshot.allocator_settings
+    conf = (settings or {}).get("PYTORCH_CUDA_ALLOC_CONF") or "(defaults)"
+    items = [html.Li(w) for w in analysis.warnings] or [html.Li("No capture problems found.")]
+    shown = {k: v for k, v in (settings or {}).items() if k != "roundup_power2_divisions"}
+    return html.Div([
+        html.P(["PYTORCH_CUDA_ALLOC_CONF: ", html.Code(conf)] if settings else
+               "This snapshot records no allocator settings (PyTorch before about 2.3): defaults are assumed."),
+        html.Ul([html.Li(f"{k}: {v}") for k, v in shown.items()]) if shown else None,
+        html.H4("Capture health"), html.Ul(items, className="fv-warnings"),
+    ])
+
+
+def timeline(app_ctx, sid: int, device: int, event: int, lo: int | None = None, hi: int | None = None):
+    tl = app_ctx.reader.timeline(sid, device, lo or 0, hi)
+    return figures.timeline_figure(tl, app_ctx.views.markers(sid, device), event,
+                                   x_range=[lo, hi] if lo is not None and hi is not None else None)
+
+
+def _frames_view(frames, show_all: bool) -> html.Div:
+    if not frames:
+        return html.P("No stack was recorded for this block (record history with context='all').")
+    shown = [f for f in frames if show_all or is_user_frame(f)] or list(frames)
+    hidden = len(frames) - len(shown)
+    lines = [html.Li([html.Code(f.name), html.Span(f"  {f.filename}:{f.line}", className="fv-file-line")],
+                     className="fv-user" if is_user_frame(f) else "") for f in shown]
+    note = html.P(f"{hidden} PyTorch-internal and C++ frames hidden.", className="fv-hint") if hidden else None
+    return html.Div([html.Ol(lines, className="fv-frames"), note])
+
+
+def _verdicts(ooms: list[dict]) -> html.Div:
+    if not ooms:
+        return html.P("No out-of-memory error is recorded in this snapshot.")
+    titles = {"exhaustion": "True exhaustion", "fragmentation": "Fragmentation", "outside_pytorch":
+              "Memory outside PyTorch", "capacity_cap": "A capacity cap"}
+    out = []
+    for o in ooms:
+        figs = [(k, o.get(k)) for k in ("requested_bytes", "reserved_bytes", "allocated_bytes", "largest_free_block",
+                                         "device_free_bytes", "device_total_bytes") if o.get(k) is not None]
+        out.append(html.Div(className=f"fv-verdict fv-{o['verdict']}", children=[
+            html.H4(f"{titles[o['verdict']]}" + (f" at event {o['event']}" if o.get("event") is not None else "")),
+            html.Dl([c for k, v in figs for c in (html.Dt(k.replace("_bytes", "").replace("_", " ")), html.Dd(fb(v)))]),
+            html.Ul([html.Li(a) for a in o["advice"]]),
+            html.Ul([html.Li(w["summary"]) for w in o["what_if"]], className="fv-whatif") if o["what_if"] else None,
+        ]))
+    return html.Div(out)
+
+
+def register(app, app_ctx) -> None:
+    @app.callback(Output(ids.URL, "search"),
+                  Input(ids.TIMELINE, "clickData"), Input(ids.PREV, "n_clicks"), Input(ids.NEXT, "n_clicks"),
+                  Input(ids.EVENT, "value"), Input(ids.DEVICE, "value"),
+                  State(ids.URL, "pathname"), State(ids.URL, "search"), prevent_initial_call=True)
+    def select_event(click, _prev, _next, typed, device, pathname, search):
+        sid, cur_device, event, n = view_of(app_ctx, pathname, search)
+        trigger = dash_ctx.triggered_id
+        if trigger == ids.DEVICE:
+            if device == cur_device:
+                return no_update
+            return make_search(device=device)
+        if trigger == ids.TIMELINE and click and click.get("points"):
+            event = int(round(click["points"][0]["x"]))
+        elif trigger == ids.PREV:
+            event = max(0, event - 1)
+        elif trigger == ids.NEXT:
+            event = min(n, event + 1)
+        elif trigger == ids.EVENT and typed is not None:
+            event = min(max(int(typed), 0), n)
+        new = make_search(device=cur_device, event=event)
+        return no_update if new == search else new
+
+    @app.callback(Output(ids.SEGMENT_MAP, "figure"), Output(ids.GAP_HISTOGRAM, "figure"),
+                  Output(ids.SITES_NOW, "data"), Output(ids.ICICLE, "figure"), Output(ids.EVENT_INFO, "children"),
+                  Output(ids.EVENT, "value"),
+                  Input(ids.URL, "search"), Input(ids.MARK_SIZE, "value"), State(ids.URL, "pathname"))
+    def draw_state(search, mark_mib, pathname):
+        sid, device, event, n = view_of(app_ctx, pathname, search)
+        segments, fig, _ = app_ctx.views.state(sid, device, event)
+        seg_map = figures.segment_map_figure(segments, lambda stack: app_ctx.views.site(sid, stack))
+        mark, label = _mark(app_ctx, sid, device, event, mark_mib)
+        hist = figures.gap_histogram_figure(gaps_of(segments), mark, fig.largest_free_block, label)
+        sites = sites_rows(app_ctx.views.top_sites(sid, segments))
+        icicle = figures.icicle_figure(app_ctx.views.stack_weights(sid, segments))
+        info = (f"after {event} of {n} events · reserved {fb(fig.reserved_bytes)} · allocated "
+                f"{fb(fig.allocated_bytes)} · cached free {fb(fig.free_bytes)} in {fig.free_blocks} gaps · "
+                f"fragmentation {fig.fragmentation:.1%}")
+        return seg_map, hist, sites, icicle, info, event
+
+    @app.callback(Output(ids.TIMELINE, "figure"), Input(ids.TIMELINE, "relayoutData"), Input(ids.URL, "search"),
+                  State(ids.URL, "pathname"), prevent_initial_call=True)
+    def refine_timeline(relayout, search, pathname):
+        sid, device, event, n = view_of(app_ctx, pathname, search)
+        if dash_ctx.triggered_id == ids.URL:
+            patch = Patch()
+            patch["layout"]["shapes"] = [dict(type="line", xref="x", yref="paper", x0=event, x1=event, y0=0, y1=1,
+                                              line=dict(color=figures.COLORS["selected"], width=1))]
+            return patch
+        if not relayout:
+            return no_update
+        if "xaxis.range[0]" in relayout:
+            lo, hi = int(max(0, relayout["xaxis.range[0]"])), int(min(n, relayout["xaxis.range[1]"]) + 1)
+            return timeline(app_ctx, sid, device, event, lo, max(lo + 1, hi))
+        if relayout.get("xaxis.autorange"):
+            return timeline(app_ctx, sid, device, event)
+        return no_update
+
+    @app.callback(Output(ids.STACK_TRACE, "children"), Input(ids.SEGMENT_MAP, "clickData"),
+                  Input(ids.STACK_ALL, "value"), State(ids.URL, "pathname"), State(ids.URL, "search"),
+                  prevent_initial_call=True)
+    def show_stack(click, show_all, pathname, search):
+        if not click or not click.get("points"):
+            return no_update
+        sid, device, event, _ = view_of(app_ctx, pathname, search)
+        seg_index, block_index = (int(v) for v in click["points"][0]["customdata"])
+        segments, _, _ = app_ctx.views.state(sid, device, event)
+        block = segments[seg_index].blocks[block_index]
+        head = html.P(f"{block.state.value} block of {fb(block.size)} at {block.address:#x}"
+                      + (f", requested {fb(block.requested_size)}" if block.requested_size else ""))
+        return html.Div([head, _frames_view(app_ctx.views.frames(sid, block.stack), "all" in (show_all or []))])
+
+    @app.callback(Output(ids.OOM_VERDICT, "children"), Input(ids.URL, "pathname"))
+    def verdicts(pathname):
+        sid = sid_of(pathname)
+        return _verdicts(app_ctx.views.doctor(sid)) if sid is not None else no_update
+
+    @app.callback(Output(ids.SITES_PEAK, "data"), Input(ids.DEVICE, "value"), State(ids.URL, "pathname"))
+    def peak_sites(device, pathname):
+        sid = sid_of(pathname)
+        if sid is None or device is None:
+            return no_update
+        peak = app_ctx.views.peak_event(sid, device)
+        segments, _, _ = app_ctx.views.state(sid, device, peak)
+        return sites_rows(app_ctx.views.top_sites(sid, segments))
+
+
+def _mark(app_ctx, sid: int, device: int, event: int, mark_mib) -> tuple[int | None, str]:
+    if mark_mib:
+        return int(float(mark_mib) * 2**20), "size"
+    for o in app_ctx.views.doctor(sid):
+        if o.get("device") == device and o.get("event") is not None and abs(o["event"] - event) <= 1:
+            return o["requested_bytes"], "failed request"
+    return None, ""
+
