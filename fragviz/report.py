@@ -80,8 +80,9 @@ def top_sites(snapshot: Snapshot, segments: list[Segment], limit: int = 5) -> li
 
 
 def site_label(frames: list[Frame]) -> str:
-    """The frame a user would look at: the innermost user frame, else the innermost non-internal one."""
+    """The frame a user would look at: the innermost user frame, else Python frame, else non-internal frame."""
     chosen = next((f for f in frames if is_user_frame(f)), None)
+    chosen = chosen or next((f for f in frames if f.filename.endswith(".py") and not is_internal(f)), None)
     chosen = chosen or next((f for f in frames if not is_internal(f)), None)
     if chosen is None:
         return "(only internal frames)"

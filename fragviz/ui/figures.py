@@ -77,7 +77,7 @@ BlockLabel = Callable[[int], str]
 def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int = 200) -> go.Figure:
     """One row per segment (grouped by pool and stream, largest first), its blocks to scale and coloured by state.
 
-    customdata of every bar: [segment index, block index] into `segments`.
+    customdata of every bar: "segment index:block index" into `segments`.
     """
     order = sorted(range(len(segments)), key=lambda i: (segments[i].pool, segments[i].stream,
                                                          -segments[i].total_size, segments[i].address))[:max_rows]
@@ -107,14 +107,15 @@ def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int
         y, base, width, text, si, bi = zip(*rows)
         fig.add_trace(go.Bar(y=y, x=width, base=base, orientation="h", name=name, marker=dict(
             color=colors[name], line=dict(color="#FFFFFF", width=0.5)), hovertext=text, hoverinfo="text",
-            customdata=np.column_stack([si, bi])))
-    fig.update_layout(barmode="overlay", height=max(220, 22 * len(order) + 80), margin=dict(l=10, r=20, t=30, b=40),
+            customdata=[f"{a}:{b}" for a, b in zip(si, bi)]))
+    fig.update_layout(barmode="overlay", height=max(220, 22 * len(order) + 100), margin=dict(l=10, r=20, t=50, b=40),
                       xaxis=dict(title=f"offset in segment ({unit})"), yaxis=dict(autorange="reversed", type="category",
                                                                                   automargin=True),
-                      legend=dict(orientation="h", y=1.02, x=0), bargap=0.25, clickmode="event")
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0), bargap=0.25, clickmode="event",
+                      hovermode="closest")
     if len(segments) > len(order):
         fig.add_annotation(text=f"showing the {len(order)} largest of {len(segments)} segments", xref="paper",
-                           yref="paper", x=1, y=1.06, showarrow=False, xanchor="right")
+                           yref="paper", x=1, y=1.0, yanchor="bottom", showarrow=False, xanchor="right")
     return fig
 
 

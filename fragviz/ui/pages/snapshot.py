@@ -211,10 +211,11 @@ def register(app, app_ctx) -> None:
                   Input(ids.STACK_ALL, "value"), State(ids.URL, "pathname"), State(ids.URL, "search"),
                   prevent_initial_call=True)
     def show_stack(click, show_all, pathname, search):
-        if not click or not click.get("points"):
+        point = (click or {}).get("points", [{}])[0]
+        if "customdata" not in point:
             return no_update
         sid, device, event, _ = view_of(app_ctx, pathname, search)
-        seg_index, block_index = (int(v) for v in click["points"][0]["customdata"])
+        seg_index, block_index = (int(v) for v in str(point["customdata"]).split(":"))
         segments, _, _ = app_ctx.views.state(sid, device, event)
         block = segments[seg_index].blocks[block_index]
         head = html.P(f"{block.state.value} block of {fb(block.size)} at {block.address:#x}"

@@ -1,0 +1,175 @@
+"""The dashboard in a real browser against a real server: upload, timeline, segment map, stacks, errors."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+
+from conftest import ROOT, Server
+from helpers import REAL, MiB, block, ev, segment, snapshot, write_pickle
+
+FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
+SMALL = os.path.join(REAL, "cs336silmont_small.pickle")
+
+
+def wait_for_plot(page, graph_id: str, timeout: int = 30000) -> None:
+    page.wait_for_function(f"(() => {{ const p = document.querySelector('#{graph_id} .js-plotly-plot');"
+                           f" return p && p._fullData && p._fullData.length > 0; }})()", timeout=timeout)
+
+
+def click_widest_block(page, trace: int = 0) -> None:
+    """Click the middle of the widest bar of one of the segment map's traces (0: allocated blocks)."""
+    graph = page.locator("#segment-map")
+    graph.scroll_into_view_if_needed()
+    bars = page.locator("#segment-map .trace.bars").nth(trace).locator("path").all()
+    box = max((b.bounding_box() for b in bars), key=lambda bb: bb["width"] if bb else 0)
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+
+def upload(page, server, *paths: str) -> None:
+    page.goto(server.url + "/")
+    page.wait_for_selector("#upload input[type=file]", state="attached")
+    page.set_input_files("#upload input[type=file]", list(paths))
+    page.wait_for_function(f"document.querySelectorAll('#upload-results .fv-upload-row.fv-ok, "
+                           f"#upload-results .fv-upload-row.fv-bad').length >= {len(paths)}", timeout=120000)
+
+
+def test_upload_a_real_snapshot_and_a_bad_file(page, server, tmp_path):
+    bad = tmp_path / "holiday.pickle"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(200))
+    upload(page, server, SMALL, str(bad))
+    ok = page.locator("#upload-results .fv-ok")
+    assert "cs336silmont_small.pickle" in ok.inner_text()
+    error = page.locator("#upload-results .fv-bad").inner_text()
+    assert "holiday.pickle" in error and "PNG image" in error
+    page.wait_for_selector("#library-table >> text=cs336silmont_small.pickle")
+    names = [r["name"] for r in server.get_json("/api/snapshots")]
+    assert names[0] == "cs336silmont_small.pickle" and "holiday.pickle" not in names
+
+    ok.locator("a").click()
+    page.wait_for_url("**/snapshots/*")
+    wait_for_plot(page, "timeline")
+    page.wait_for_selector("#segment-map .bars path", timeout=30000)
+    assert "after 97 of 97 events" in page.locator("#event-info").inner_text()
+
+    click_widest_block(page)
+    page.wait_for_function("document.querySelector('#stack-trace').innerText.includes('block of')")
+    stack = page.locator("#stack-trace").inner_text()
+    assert "active_allocated block of 8.12 MiB" in stack  # the widest allocated block of this file
+    assert page.locator("#stack-trace li").count() > 0  # its frames (only C++ ones here: all shown)
+    # the bad file's upload was answered 422, as the API says; the browser reports that, nothing else
+    assert [e for e in page.errors if "status of 422" not in e] == []
+
+
+def test_step_through_events_and_the_url_follows(page, server):
+    sid = server.get_json("/api/snapshots")[0]["id"]
+    page.goto(f"{server.url}/snapshots/{sid}?device=0&event=40")
+    page.wait_for_selector("#segment-map .bars path", timeout=30000)
+    assert "after 40 of 97 events" in page.locator("#event-info").inner_text()
+    page.click("#next-event")
+    page.wait_for_function("location.search.includes('event=41')")
+    page.wait_for_function("document.querySelector('#event-info').innerText.includes('after 41 of 97')")
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("location.search.includes('event=40')")
+    state = server.get_json(f"/api/snapshots/{sid}/state?device=0&event=40")
+    assert state["event"] == 40 and len(state["segments"]) == 6
+    assert page.errors == []
+
+
+def test_the_oom_sample_shows_its_verdict(page, server):
+    rows = server.get_json("/api/snapshots")
+    sid = next(r["id"] for r in rows if r["name"] == "gpt_train_fragmentation_oom.pickle.gz")
+    page.goto(f"{server.url}/snapshots/{sid}")
+    page.wait_for_selector("#oom-verdict .fv-verdict", timeout=60000)
+    verdict = page.locator("#oom-verdict").inner_text()
+    assert "Fragmentation" in verdict and "expandable_segments:True" in verdict
+    page.wait_for_selector("#gap-histogram .bars path", timeout=30000)
+    assert page.errors == []
+
+
+def test_frame_names_are_text_not_markup(page, server, tmp_path):
+    evil = [{"filename": "/home/u/<b>bold</b>.py", "line": 3, "name": "<script>alert('x')</script>"}]
+    seg = segment(0x7F0000000000, [block(0x7F0000000000, 4 * MiB, stack=evil),
+                                   block(0x7F0000400000, 16 * MiB, "inactive", 0)])
+    path = write_pickle(str(tmp_path / f"markup-{uuid.uuid4().hex[:6]}.pickle"),
+                        snapshot([seg], [ev("alloc", 0x7F0000000000, 4 * MiB, frames=evil)]))
+    upload(page, server, path)
+    page.locator("#upload-results .fv-ok a").first.click()
+    page.wait_for_selector("#segment-map .bars path", timeout=30000)
+    click_widest_block(page)
+    page.wait_for_function("document.querySelector('#stack-trace').innerText.includes('block of')")
+    page.check("#stack-all-frames input")
+    page.wait_for_function("document.querySelector('#stack-trace').innerText.includes('<script>')")
+    assert page.locator("#stack-trace script").count() == 0 and page.locator("#stack-trace b").count() == 0
+    assert page.errors == []
+
+
+def test_the_http_api(server, tmp_path):
+    entries = server.get_json("/api/snapshots")
+    assert entries and all({"id", "name", "devices"} <= set(e) for e in entries)
+    assert [e["id"] for e in entries] == sorted((e["id"] for e in entries), reverse=True)
+    sid = next(e["id"] for e in entries if e["name"] == "cs336silmont_small.pickle")
+    report = server.get_json(f"/api/snapshots/{sid}/report?device=0&at=40")
+    cli = subprocess.run([FRAGVIZ, "report", SMALL, "--json", "--at", "40", "--device", "0"], capture_output=True,
+                         text=True)
+    expected = json.loads(cli.stdout)
+    expected["source"] = report["source"]  # the store keeps the uploaded name
+    assert report == expected
+    body, status = post_file(server, os.path.join(REAL, "diffusion_tiny.pickle"))
+    assert status in (200, 201) and isinstance(body["id"], int)
+    body, status = post_file(server, None, b"not a snapshot at all", "junk.pickle")
+    assert status == 422 and body["error"].startswith("junk.pickle: ")
+    try:
+        server.get_json("/api/snapshots/99999/report")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404 and "no snapshot with id 99999" in json.loads(exc.read())["error"]
+    else:
+        raise AssertionError("an unknown id must be a 404")
+
+
+def post_file(server, path, data: bytes | None = None, name: str | None = None):
+    data = data if data is not None else open(path, "rb").read()
+    name = name or os.path.basename(path)
+    boundary = uuid.uuid4().hex
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n"
+            f"Content-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    req = urllib.request.Request(server.url + "/api/snapshots", data=body, method="POST",
+                                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return json.loads(resp.read()), resp.status
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read()), exc.code
+
+
+def test_an_access_token_protects_pages_and_api(tmp_path):
+    srv = Server(str(tmp_path / "t.sqlite"), env={"FRAGVIZ_TOKEN": "s3cret"}, samples=False)
+    try:
+        for path in ("/", "/api/snapshots"):
+            try:
+                urllib.request.urlopen(srv.url + path, timeout=10)
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 401
+            else:
+                raise AssertionError(f"{path} answered without the token")
+        assert srv.get_json("/api/snapshots", {"Authorization": "Bearer s3cret"}) == []
+        with urllib.request.urlopen(srv.url + "/?token=s3cret", timeout=10) as resp:
+            assert resp.status == 200 and "fragviz_token" in resp.headers.get("Set-Cookie", "")
+    finally:
+        srv.stop()
+
+
+def test_binding_beyond_loopback_warns(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "fragviz.cli", "serve", "--db", str(tmp_path / "w.sqlite"),
+                             "--host", "0.0.0.0", "--port", "0"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert "warning: serving on 0.0.0.0" in line and "no access token" in line
+    finally:
+        proc.kill()
+        proc.wait()
