@@ -173,3 +173,34 @@ def test_binding_beyond_loopback_warns(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_what_if_runs_in_the_background_and_overlays_the_run(page, server):
+    rows = server.get_json("/api/snapshots")
+    sid = next(r["id"] for r in rows if r["name"] == "gpt_train_fragmentation_oom.pickle.gz")
+    page.goto(f"{server.url}/whatif/{sid}?device=0")
+    page.wait_for_selector("#whatif-run")
+    page.fill("#whatif-conf", "nonsense_key:1")
+    page.click("#whatif-run")
+    page.wait_for_function("document.querySelector('#whatif-status').innerText.includes(\"unrecognized key\")")
+    page.fill("#whatif-conf", "expandable_segments:True")
+    page.click("#whatif-run")
+    page.wait_for_function("document.querySelector('#whatif-status').innerText.includes('peak reserved')",
+                           timeout=120000)
+    assert "no OOM" in page.locator("#whatif-status").inner_text()
+    wait_for_plot(page, "whatif-timeline")
+    names = page.evaluate("document.querySelector('#whatif-timeline .js-plotly-plot').data.map(t => t.name)")
+    assert "reserved, recorded" in names and "reserved, expandable_segments:True" in names
+    assert page.errors == []
+
+
+def test_compare_two_snapshots_by_allocation_site(page, server):
+    rows = server.get_json("/api/snapshots")
+    a = next(r["id"] for r in rows if r["name"] == "gpt_train_fragmentation_oom.pickle.gz")
+    b = next(r["id"] for r in rows if r["name"] == "gpt_train_expandable.pickle.gz")
+    page.goto(f"{server.url}/compare?a={a}&b={b}")
+    page.wait_for_selector("#compare-table td", timeout=30000)
+    summary = page.locator("#compare-summary").inner_text()
+    assert "1022.00 MiB" in summary and "974.00 MiB" in summary  # the two reserved totals
+    assert "gpt.py" in page.locator("#compare-table").inner_text()
+    assert page.errors == []
