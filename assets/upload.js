@@ -84,9 +84,10 @@
         row.classList.add("fv-bad");
         resolve();
       };
-      var form = new FormData();
-      form.append("file", file, file.name);
-      xhr.send(form);
+      // The file itself as the body: the server reads it without parsing multipart (see api.py).
+      xhr.setRequestHeader("Content-Type", "application/octet-stream");
+      xhr.setRequestHeader("X-Filename", encodeURIComponent(file.name));
+      xhr.send(file);
     });
   }
 

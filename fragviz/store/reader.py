@@ -69,6 +69,17 @@ class StoreReader:
             raise NotFoundError(f"{self.path}: no snapshot with id {sid}")
         return _row(r)
 
+    def snapshot_meta(self, sid: int) -> dict[str, Any]:
+        """Format, allocator settings, annotations, provenance and warnings, without the traces."""
+        row = self._conn().execute("SELECT format, allocator_settings, external_annotations, provenance, warnings "
+                                   "FROM snapshots WHERE id = ?", (sid,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"{self.path}: no snapshot with id {sid}")
+        fmt = json.loads(row[0])
+        return {"format": FormatInfo(**{**fmt, "features": tuple(fmt["features"])}),
+                "allocator_settings": _loads(row[1]), "external_annotations": _loads(row[2]),
+                "provenance": _loads(row[3]), "warnings": json.loads(row[4])}
+
     # -- whole snapshots -------------------------------------------------------------------------------
     def load_analysis(self, sid: int) -> Analysis:
         """The snapshot as ingested, with lazily loaded replays: reports from it equal reports of the file."""

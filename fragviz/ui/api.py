@@ -1,8 +1,10 @@
 """The HTTP API on the dashboard's server, for scripts and checks."""
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
+from urllib.parse import unquote
 
 from flask import Blueprint, Flask, jsonify, request
 
@@ -56,10 +58,15 @@ def api_blueprint(reader: StoreReader, writer: Writer) -> Blueprint:
 
     @bp.post("/snapshots")
     def upload():
-        f = request.files.get("file")
-        if f is None:
-            return jsonify({"error": "send the snapshot as the multipart field 'file'"}), 400
-        result = writer.ingest(f.read(), f.filename or "upload.pickle")
+        if request.mimetype == "application/octet-stream":
+            # The page sends the file itself as the body (no multipart to parse): the fast path for big files.
+            data, name = request.get_data(cache=False), unquote(request.headers.get("X-Filename", "upload.pickle"))
+        else:
+            f = request.files.get("file")
+            if f is None:
+                return jsonify({"error": "send the snapshot as the multipart field 'file'"}), 400
+            data, name = f.read(), f.filename or "upload.pickle"
+        result = writer.ingest(data, os.path.basename(name) or "upload.pickle")
         if result.status == "error":
             return jsonify({"error": result.error}), 422
         return jsonify({"id": result.id, "status": result.status}), 201 if result.status == "ingested" else 200

@@ -57,6 +57,9 @@ class Views:
     def _doctor(self, sid: int) -> list[dict[str, Any]]:
         from fragviz.doctor import diagnose
 
+        summary = self.reader.snapshot_row(sid).summary
+        if not any(d["trace_actions"].get("oom") for d in summary["devices"]):
+            return []  # nothing to diagnose: no need to load the traces
         return diagnose(self.analysis(sid))
 
     def peak_event(self, sid: int, device: int) -> int:

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 from flask import Flask, jsonify, make_response, request
 
 from fragviz.store.reader import StoreReader
@@ -50,13 +50,10 @@ def create_app(db_path: str, token: str | None = None, samples: str | None = Non
 
 
 def _register(app: dash.Dash, app_ctx: AppContext) -> None:
-    @app.callback(Output(ids.PAGE, "children"), Input(ids.URL, "pathname"), Input(ids.URL, "search"))
+    # Routing follows the path only: pages follow their own query (event, device, what they compare).
+    @app.callback(Output(ids.PAGE, "children"), Input(ids.URL, "pathname"), State(ids.URL, "search"))
     def route(pathname, search):
-        trigger = dash.ctx.triggered_id
         path = pathname or "/"
-        if trigger == ids.URL and dash.ctx.triggered and dash.ctx.triggered[0]["prop_id"].endswith("search") \
-                and path.startswith(("/snapshots/", "/compare")):
-            return dash.no_update  # the page itself follows its query (event, device) without a rebuild
         if path == "/":
             return library.layout(app_ctx)
         if path.startswith("/snapshots/"):

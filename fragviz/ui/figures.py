@@ -34,15 +34,15 @@ def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: in
         hi = np.asarray(tl[key + "_max"]) / scale
         lo = np.asarray(tl[key + "_min"]) / scale
         if tl["bucket"] > 1:
-            fig.add_trace(go.Scattergl(x=x, y=lo, mode="lines", line=dict(width=0, color=COLORS[key]),
+            fig.add_trace(go.Scatter(x=x, y=lo, mode="lines", line=dict(width=0, color=COLORS[key]),
                                        showlegend=False, hoverinfo="skip", legendgroup=key))
-            fig.add_trace(go.Scattergl(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
+            fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
                                        fill="tonexty", legendgroup=key,
                                        hovertemplate=f"{label} max %{{y:.3f}} {unit}<extra>event %{{x}}</extra>"))
         else:
-            fig.add_trace(go.Scattergl(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
+            fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
                                        hovertemplate=f"{label} %{{y:.3f}} {unit}<extra>event %{{x}}</extra>"))
-    fig.add_trace(go.Scattergl(x=x, y=np.asarray(tl["fragmentation_max"]), mode="lines", name="fragmentation",
+    fig.add_trace(go.Scatter(x=x, y=np.asarray(tl["fragmentation_max"]), mode="lines", name="fragmentation",
                                yaxis="y2", line=dict(width=1, color=COLORS["fragmentation"], dash="dot"),
                                hovertemplate="fragmentation %{y:.1%}<extra>event %{x}</extra>"))
     _add_markers(fig, markers)
@@ -66,7 +66,7 @@ def _add_markers(fig: go.Figure, markers: dict[str, list[int]]) -> None:
         if not events or kind not in styles:
             continue
         name, symbol, color, size = styles[kind]
-        fig.add_trace(go.Scattergl(x=events, y=[0] * len(events), mode="markers", name=name, yaxis="y2",
+        fig.add_trace(go.Scatter(x=events, y=[0] * len(events), mode="markers", name=name, yaxis="y2",
                                    marker=dict(symbol=symbol, color=color, size=size),
                                    hovertemplate=f"{name}<extra>event %{{x}}</extra>"))
 
@@ -74,7 +74,7 @@ def _add_markers(fig: go.Figure, markers: dict[str, list[int]]) -> None:
 BlockLabel = Callable[[int], str]
 
 
-def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int = 200) -> go.Figure:
+def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int = 120) -> go.Figure:
     """One row per segment (grouped by pool and stream, largest first), its blocks to scale and coloured by state.
 
     customdata of every bar: "segment index:block index" into `segments`.
@@ -200,9 +200,9 @@ def overlay_figure(recorded: dict[str, Any], simulated: dict[str, Any] | None, l
     for run, name, dash in ((recorded, "recorded", None), (simulated, label, "dash")):
         if not run:
             continue
-        fig.add_trace(go.Scattergl(x=run["start"], y=np.asarray(run["reserved_max"]) / scale, name=f"reserved, {name}",
+        fig.add_trace(go.Scatter(x=run["start"], y=np.asarray(run["reserved_max"]) / scale, name=f"reserved, {name}",
                                    line=dict(color=COLORS["reserved"], dash=dash)))
-        fig.add_trace(go.Scattergl(x=run["start"], y=run["fragmentation_max"], name=f"fragmentation, {name}",
+        fig.add_trace(go.Scatter(x=run["start"], y=run["fragmentation_max"], name=f"fragmentation, {name}",
                                    yaxis="y2", line=dict(color=COLORS["fragmentation"], dash=dash, width=1)))
     fig.update_layout(height=360, margin=dict(l=60, r=60, t=30, b=40), xaxis=dict(title="workload event"),
                       yaxis=dict(title=unit, rangemode="tozero"), legend=dict(orientation="h", y=1.15),

@@ -1,5 +1,6 @@
 """Component ids. Outside checks use the ones the issue names: keep them."""
 URL = "url"
+SNAPSHOT_URL = "snapshot-url"  # the snapshot page's own view of the URL: its callbacks exist only there
 PAGE = "page"
 UPLOAD = "upload"
 UPLOAD_RESULTS = "upload-results"

@@ -67,13 +67,16 @@ def test_upload_a_real_snapshot_and_a_bad_file(page, server, tmp_path):
 
 
 def test_step_through_events_and_the_url_follows(page, server):
-    sid = server.get_json("/api/snapshots")[0]["id"]
+    body, _ = post_file(server, SMALL)  # already there when the upload test ran first: then "unchanged"
+    sid = body["id"]
     page.goto(f"{server.url}/snapshots/{sid}?device=0&event=40")
     page.wait_for_selector("#segment-map .bars path", timeout=30000)
     assert "after 40 of 97 events" in page.locator("#event-info").inner_text()
     page.click("#next-event")
     page.wait_for_function("location.search.includes('event=41')")
     page.wait_for_function("document.querySelector('#event-info').innerText.includes('after 41 of 97')")
+    shapes = "document.querySelector('#timeline .js-plotly-plot').layout.shapes"
+    page.wait_for_function(f"{shapes} && {shapes}.length === 1 && {shapes}[0].x0 === 41")  # the selection line moved
     page.keyboard.press("ArrowLeft")
     page.wait_for_function("location.search.includes('event=40')")
     state = server.get_json(f"/api/snapshots/{sid}/state?device=0&event=40")

@@ -1,7 +1,7 @@
 """The snapshot page: /snapshots/<id>?device=N&event=K. Every state of the view is in the URL."""
 from __future__ import annotations
 
-from dash import Input, Output, Patch, State, ctx as dash_ctx, dash_table, dcc, html, no_update
+from dash import Input, Output, State, ctx as dash_ctx, dash_table, dcc, html, no_update
 
 from fragviz.errors import FragvizError
 from fragviz.snapshot.frames import is_user_frame
@@ -36,10 +36,10 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
     try:
         sid, device, event, n = view_of(app_ctx, pathname, search)
         row = app_ctx.reader.snapshot_row(sid)
-        analysis = app_ctx.views.analysis(sid)
+        meta = app_ctx.reader.snapshot_meta(sid)
     except FragvizError as exc:
         return html.Div([header(), html.Main(className="fv-main", children=[error_panel(str(exc))])])
-    fmt = analysis.snapshot.format
+    fmt = meta["format"]
     controls = html.Div(className="fv-controls", children=[
         html.Label(["device ", dcc.Dropdown(id=ids.DEVICE, options=[{"label": str(d), "value": d} for d in row.devices],
                                             value=device, clearable=False, className="fv-device")]),
@@ -52,6 +52,7 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
         dcc.Link("compare…", href=f"/compare?a={sid}", className="fv-action"),
     ])
     return html.Div([
+        dcc.Location(id=ids.SNAPSHOT_URL, refresh="callback-nav"),
         header(),
         html.Main(className="fv-main", children=[
             html.H2(row.name.rsplit("/", 1)[-1], title=row.name),
@@ -81,7 +82,7 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
                 card("Top allocation sites at the peak", dcc.Loading(sites_table(ids.SITES_PEAK))),
             ]),
             card("Memory by stack at the event", dcc.Graph(id=ids.ICICLE, config={"displaylogo": False})),
-            card("Allocator settings and capture health", health(analysis), id=ids.HEALTH),
+            card("Allocator settings and capture health", health(meta), id=ids.HEALTH),
         ]),
     ])
 
@@ -101,10 +102,10 @@ def sites_rows(rows: list[dict]) -> list[dict]:
     return [{"site": r["site"], "live": fb(r["bytes"]), "bytes": r["bytes"], "blocks": r["blocks"]} for r in rows]
 
 
-def health(analysis) -> html.Div:
-    settings = analysis.snapshot.allocator_settings
+def health(meta: dict) -> html.Div:
+    settings = meta["allocator_settings"]
     conf = (settings or {}).get("PYTORCH_CUDA_ALLOC_CONF") or "(defaults)"
-    items = [html.Li(w) for w in analysis.warnings] or [html.Li("No capture problems found.")]
+    items = [html.Li(w) for w in meta["warnings"]] or [html.Li("No capture problems found.")]
     shown = {k: v for k, v in (settings or {}).items() if k != "roundup_power2_divisions"}
     return html.Div([
         html.P(["PYTORCH_CUDA_ALLOC_CONF: ", html.Code(conf)] if settings else
@@ -150,54 +151,44 @@ def _verdicts(ooms: list[dict]) -> html.Div:
 
 
 def register(app, app_ctx) -> None:
-    @app.callback(Output(ids.URL, "search"),
+    @app.callback(Output(ids.SNAPSHOT_URL, "search"), Output(ids.SEGMENT_MAP, "figure"), Output(ids.GAP_HISTOGRAM, "figure"),
+                  Output(ids.EVENT_INFO, "children"), Output(ids.EVENT, "value"),
                   Input(ids.TIMELINE, "clickData"), Input(ids.PREV, "n_clicks"), Input(ids.NEXT, "n_clicks"),
-                  Input(ids.EVENT, "value"), Input(ids.DEVICE, "value"),
-                  State(ids.URL, "pathname"), State(ids.URL, "search"), prevent_initial_call=True)
-    def select_event(click, _prev, _next, typed, device, pathname, search):
+                  Input(ids.EVENT, "value"), Input(ids.DEVICE, "value"), Input(ids.MARK_SIZE, "value"),
+                  Input(ids.SNAPSHOT_URL, "search"), State(ids.SNAPSHOT_URL, "pathname"))
+    def select_and_draw(click, _prev, _next, typed, device, mark_mib, search, pathname):
+        # One callback both takes the choice (a click, a key, a typed event) into the URL and draws the state,
+        # so a new event costs one round trip. The URL as input also serves back and forward navigation.
         sid, cur_device, event, n = view_of(app_ctx, pathname, search)
         trigger = dash_ctx.triggered_id
-        if trigger == ids.DEVICE:
-            if device == cur_device:
-                return no_update
-            return make_search(device=device)
-        if trigger == ids.TIMELINE and click and click.get("points"):
-            event = int(round(click["points"][0]["x"]))
-        elif trigger == ids.PREV:
-            event = max(0, event - 1)
-        elif trigger == ids.NEXT:
-            event = min(n, event + 1)
-        elif trigger == ids.EVENT and typed is not None:
-            event = min(max(int(typed), 0), n)
-        new = make_search(device=cur_device, event=event)
-        return no_update if new == search else new
-
-    @app.callback(Output(ids.SEGMENT_MAP, "figure"), Output(ids.GAP_HISTOGRAM, "figure"),
-                  Output(ids.SITES_NOW, "data"), Output(ids.ICICLE, "figure"), Output(ids.EVENT_INFO, "children"),
-                  Output(ids.EVENT, "value"),
-                  Input(ids.URL, "search"), Input(ids.MARK_SIZE, "value"), State(ids.URL, "pathname"))
-    def draw_state(search, mark_mib, pathname):
-        sid, device, event, n = view_of(app_ctx, pathname, search)
-        segments, fig, _ = app_ctx.views.state(sid, device, event)
+        if trigger == ids.DEVICE and device is not None and device != cur_device:
+            new_search = make_search(device=device)
+            sid, cur_device, event, n = view_of(app_ctx, pathname, new_search)
+        else:
+            event = _chosen_event(trigger, click, typed, event, n)
+            new_search = make_search(device=cur_device, event=event)
+        segments, fig, _ = app_ctx.views.state(sid, cur_device, event)
         seg_map = figures.segment_map_figure(segments, lambda stack: app_ctx.views.site(sid, stack))
-        mark, label = _mark(app_ctx, sid, device, event, mark_mib)
+        mark, label = _mark(app_ctx, sid, cur_device, event, mark_mib)
         hist = figures.gap_histogram_figure(gaps_of(segments), mark, fig.largest_free_block, label)
-        sites = sites_rows(app_ctx.views.top_sites(sid, segments))
-        icicle = figures.icicle_figure(app_ctx.views.stack_weights(sid, segments))
         info = (f"after {event} of {n} events · reserved {fb(fig.reserved_bytes)} · allocated "
                 f"{fb(fig.allocated_bytes)} · cached free {fb(fig.free_bytes)} in {fig.free_blocks} gaps · "
                 f"fragmentation {fig.fragmentation:.1%}")
-        return seg_map, hist, sites, icicle, info, event
+        return (no_update if new_search == search or (not search and trigger is None) else new_search,
+                seg_map, hist, info, (no_update if typed == event else event))
 
-    @app.callback(Output(ids.TIMELINE, "figure"), Input(ids.TIMELINE, "relayoutData"), Input(ids.URL, "search"),
-                  State(ids.URL, "pathname"), prevent_initial_call=True)
+    @app.callback(Output(ids.SITES_NOW, "data"), Output(ids.ICICLE, "figure"), Input(ids.EVENT_INFO, "children"),
+                  State(ids.SNAPSHOT_URL, "pathname"), State(ids.SNAPSHOT_URL, "search"))
+    def draw_sites(_, pathname, search):
+        sid, device, event, _n = view_of(app_ctx, pathname, search)
+        segments, _, _ = app_ctx.views.state(sid, device, event)
+        sites = sites_rows(app_ctx.views.top_sites(sid, segments))
+        return sites, figures.icicle_figure(app_ctx.views.stack_weights(sid, segments, limit=60), max_depth=8)
+
+    @app.callback(Output(ids.TIMELINE, "figure"), Input(ids.TIMELINE, "relayoutData"),
+                  State(ids.SNAPSHOT_URL, "search"), State(ids.SNAPSHOT_URL, "pathname"), prevent_initial_call=True)
     def refine_timeline(relayout, search, pathname):
         sid, device, event, n = view_of(app_ctx, pathname, search)
-        if dash_ctx.triggered_id == ids.URL:
-            patch = Patch()
-            patch["layout"]["shapes"] = [dict(type="line", xref="x", yref="paper", x0=event, x1=event, y0=0, y1=1,
-                                              line=dict(color=figures.COLORS["selected"], width=1))]
-            return patch
         if not relayout:
             return no_update
         if "xaxis.range[0]" in relayout:
@@ -207,8 +198,22 @@ def register(app, app_ctx) -> None:
             return timeline(app_ctx, sid, device, event)
         return no_update
 
+    # The selected event's line moves in the browser: no round trip, and the segment map is not kept waiting.
+    app.clientside_callback(
+        """function(info) {
+            const plot = document.querySelector('#timeline .js-plotly-plot');
+            const m = /after (\\d+) of/.exec(info || '');
+            if (plot && m && window.Plotly) {
+                const k = Number(m[1]);
+                window.Plotly.relayout(plot, {shapes: [{type: 'line', xref: 'x', yref: 'paper', x0: k, x1: k,
+                                                        y0: 0, y1: 1, line: {color: '#000000', width: 1}}]});
+            }
+            return window.dash_clientside.no_update;
+        }""",
+        Output(ids.TIMELINE, "className"), Input(ids.EVENT_INFO, "children"), prevent_initial_call=True)
+
     @app.callback(Output(ids.STACK_TRACE, "children"), Input(ids.SEGMENT_MAP, "clickData"),
-                  Input(ids.STACK_ALL, "value"), State(ids.URL, "pathname"), State(ids.URL, "search"),
+                  Input(ids.STACK_ALL, "value"), State(ids.SNAPSHOT_URL, "pathname"), State(ids.SNAPSHOT_URL, "search"),
                   prevent_initial_call=True)
     def show_stack(click, show_all, pathname, search):
         point = (click or {}).get("points", [{}])[0]
@@ -222,12 +227,12 @@ def register(app, app_ctx) -> None:
                       + (f", requested {fb(block.requested_size)}" if block.requested_size else ""))
         return html.Div([head, _frames_view(app_ctx.views.frames(sid, block.stack), "all" in (show_all or []))])
 
-    @app.callback(Output(ids.OOM_VERDICT, "children"), Input(ids.URL, "pathname"))
+    @app.callback(Output(ids.OOM_VERDICT, "children"), Input(ids.SNAPSHOT_URL, "pathname"))
     def verdicts(pathname):
         sid = sid_of(pathname)
         return _verdicts(app_ctx.views.doctor(sid)) if sid is not None else no_update
 
-    @app.callback(Output(ids.SITES_PEAK, "data"), Input(ids.DEVICE, "value"), State(ids.URL, "pathname"))
+    @app.callback(Output(ids.SITES_PEAK, "data"), Input(ids.DEVICE, "value"), State(ids.SNAPSHOT_URL, "pathname"))
     def peak_sites(device, pathname):
         sid = sid_of(pathname)
         if sid is None or device is None:
@@ -235,6 +240,18 @@ def register(app, app_ctx) -> None:
         peak = app_ctx.views.peak_event(sid, device)
         segments, _, _ = app_ctx.views.state(sid, device, peak)
         return sites_rows(app_ctx.views.top_sites(sid, segments))
+
+
+def _chosen_event(trigger, click, typed, event: int, n: int) -> int:
+    if trigger == ids.TIMELINE and click and click.get("points"):
+        return min(max(int(round(click["points"][0]["x"])), 0), n)
+    if trigger == ids.PREV:
+        return max(0, event - 1)
+    if trigger == ids.NEXT:
+        return min(n, event + 1)
+    if trigger == ids.EVENT and typed is not None:
+        return min(max(int(typed), 0), n)
+    return event
 
 
 def _mark(app_ctx, sid: int, device: int, event: int, mark_mib) -> tuple[int | None, str]:

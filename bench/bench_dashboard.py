@@ -1,0 +1,160 @@
+"""Dashboard benchmark, measured in headless Chromium against a real server, for the 2,000,000-event snapshot.
+
+Targets: the snapshot page's timeline drawn <= 1 s after navigation; a new event selected and the segment
+map and histogram redrawn <= 300 ms; a timeline zoom refined <= 300 ms; an upload of the file through the
+page ready to view in <= 1.5x the time of `fragviz ingest` on it.
+
+    python bench/bench_dashboard.py [--events N] [--repeats R]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.common import ROOT, benchmark_snapshot, mib, run_measured  # noqa: E402
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+PLOT_READY = ("(id) => { const p = document.querySelector('#' + id + ' .js-plotly-plot');"
+              " return !!(p && p._fullData && p._fullData.length > 0); }")
+
+
+def serve(db: str) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "fragviz.cli", "serve", "--db", db, "--port", str(port)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(url + "/api/snapshots", timeout=2)
+            return proc, url
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit("the server did not start")
+
+
+def pct(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--repeats", type=int, default=10)
+    args = ap.parse_args()
+    path = benchmark_snapshot(args.events)
+    work = tempfile.mkdtemp(prefix="fragviz-bench-")
+    db = os.path.join(work, "store.sqlite")
+    print(f"snapshot: {path} ({mib(os.path.getsize(path))}, {args.events} events)")
+    ingest_s, _, _ = run_measured([sys.executable, "-m", "fragviz.cli", "ingest", path, "--db", db, "--no-progress"])
+    from playwright.sync_api import sync_playwright
+
+    proc, url = serve(db)
+    upload_proc, upload_url = serve(os.path.join(work, "upload.sqlite"))
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            first, nav = navigation(page, url, args.repeats)
+            select = selection(page, url, args.events, args.repeats)
+            zoom = zooming(page, url, args.events, args.repeats)
+            upload_s = uploading(browser, upload_url, path)
+            browser.close()
+    finally:
+        for p_ in (proc, upload_proc):
+            p_.terminate()
+    rows = [("timeline drawn after navigation (s)", pct(nav, 0.5), pct(nav, 0.95), 1.0),
+            ("event selected, map and histogram redrawn (s)", pct(select, 0.5), pct(select, 0.95), 0.3),
+            ("timeline zoom refined (s)", pct(zoom, 0.5), pct(zoom, 0.95), 0.3)]
+    ok = True
+    print(f"  first navigation (cold caches): {first:.3f} s")
+    for name, p50, p95, target in rows:
+        verdict = "meets" if p95 <= target else "MISSES"
+        ok &= p95 <= target
+        print(f"  {name:<48} p50 {p50:6.3f}  p95 {p95:6.3f}  (target <= {target}: {verdict})")
+    ratio = upload_s / ingest_s
+    ok &= ratio <= 1.5
+    print(f"  fragviz ingest {ingest_s:.2f} s; upload through the page until ready to view {upload_s:.2f} s: "
+          f"ratio {ratio:.2f} (target <= 1.5: {'meets' if ratio <= 1.5 else 'MISSES'})")
+    return 0 if ok else 1
+
+
+def navigation(page, url: str, repeats: int) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        page.goto(f"{url}/snapshots/1", wait_until="commit")
+        page.wait_for_function(PLOT_READY, arg="timeline", timeout=60000)
+        times.append(time.perf_counter() - start)
+    return times[0], times[1:]
+
+
+def selection(page, url: str, events: int, repeats: int) -> list[float]:
+    page.goto(f"{url}/snapshots/1")
+    page.wait_for_selector("#segment-map .bars path", timeout=60000)
+    rng = random.Random(2)
+    times = []
+    for _ in range(repeats):
+        k = rng.randrange(events)
+        page.evaluate("() => { window.__fvDrawn = 0; const p = document.querySelector('#segment-map .js-plotly-plot');"
+                      " p.on('plotly_afterplot', () => { window.__fvDrawn += 1; }); }")
+        start = time.perf_counter()
+        page.fill("#event", str(k))
+        page.press("#event", "Enter")
+        page.wait_for_function(f"document.querySelector('#event-info').innerText.startsWith('after {k} of')",
+                               timeout=30000)
+        page.wait_for_function("window.__fvDrawn > 0", timeout=30000)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def zooming(page, url: str, events: int, repeats: int) -> list[float]:
+    """Drag across the timeline (a box zoom along x, as a person does) and wait for the refined series."""
+    rng = random.Random(3)
+    times = []
+    for _ in range(repeats):
+        page.goto(f"{url}/snapshots/1")  # the whole trace again
+        page.wait_for_function(PLOT_READY, arg="timeline", timeout=60000)
+        page.wait_for_timeout(1000)
+        page.evaluate("() => { const p = document.querySelector('#timeline .js-plotly-plot');"
+                      " window.__fvX = p._fullData[0].x[0]; window.__fvN = p._fullData[0].x.length; }")
+        box = page.locator("#timeline .nsewdrag").first.bounding_box()
+        a = rng.uniform(0.05, 0.6)
+        b = a + rng.choice((0.02, 0.1, 0.3))
+        y = box["y"] + box["height"] / 2
+        page.mouse.move(box["x"] + a * box["width"], y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + b * box["width"], y + 2, steps=4)
+        start = time.perf_counter()
+        page.mouse.up()
+        page.wait_for_function("(() => { const p = document.querySelector('#timeline .js-plotly-plot');"
+                               " const x = p._fullData[0].x; return x[0] !== window.__fvX || x.length !== window.__fvN; })()",
+                               timeout=30000)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def uploading(browser, url: str, path: str) -> float:
+    page = browser.new_page()
+    page.goto(url + "/")
+    page.wait_for_selector("#upload input[type=file]", state="attached")
+    start = time.perf_counter()
+    page.set_input_files("#upload input[type=file]", path)
+    page.wait_for_selector("#upload-results .fv-ok a", timeout=600000)
+    return time.perf_counter() - start
+
+
+if __name__ == "__main__":
+    sys.exit(main())
