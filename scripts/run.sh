@@ -1,18 +1,7 @@
 #!/usr/bin/env bash
-# The main job: set up, ingest the bundled samples into the embedded store, report on each, explain the OOM.
+# The main job: set up, then serve the dashboard on http://127.0.0.1:8050 over the embedded store, with the
+# bundled samples ingested on first start (python app.py). Extra arguments go to it (--port, --db, --token).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-DB=${FRAGVIZ_DB:-.fragviz/fragviz.sqlite}
-.venv/bin/fragviz ingest sample_snapshots/*.pickle.gz --db "$DB"
-for id in $(.venv/bin/python - "$DB" <<'PY'
-import sys
-from fragviz.store.reader import StoreReader
-print(" ".join(str(r.id) for r in reversed(StoreReader(sys.argv[1]).list_snapshots())))
-PY
-); do
-    echo
-    .venv/bin/fragviz report "$id" --db "$DB"
-done
-echo
-.venv/bin/fragviz doctor sample_snapshots/gpt_train_fragmentation_oom.pickle.gz
+exec .venv/bin/python app.py "$@"

@@ -162,7 +162,8 @@ def gap_histogram_figure(gaps: list[int], mark: int | None, largest: int, mark_l
                                y=1.08, yref="paper", showarrow=False, font=dict(color=COLORS["oom"]))
     title = f"largest allocation that fits without a new segment: {format_bytes(largest)}"
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=300, margin=dict(l=50, r=60, t=50, b=60),
-                      yaxis=dict(title="gaps"), yaxis2=dict(title="MiB", overlaying="y", side="right", showgrid=False),
+                      yaxis=dict(title="gaps", rangemode="tozero"),
+                      yaxis2=dict(title="MiB", overlaying="y", side="right", showgrid=False, rangemode="tozero"),
                       legend=dict(orientation="h", y=-0.35), bargap=0.1)
     return fig
 
