@@ -276,7 +276,17 @@ class StoreReader:
             if len(hits) > limit:
                 hits = hits[np.linspace(0, len(hits) - 1, limit).astype(np.int64)]
             out[kind] = (hits + 1).tolist()  # the state right after the event
+        out["annotation"] = self._annotation_events(sid, device, trace)[:limit]
         return out
+
+    def _annotation_events(self, sid: int, device: int, trace: Trace) -> list[int]:
+        """external_annotations (record_function START/END) placed on the trace by their time."""
+        annotations = self.snapshot_meta(sid)["external_annotations"] or []
+        times = [a.get("time_us") for a in annotations if isinstance(a, dict) and a.get("device", device) == device]
+        if not times or not trace.has_time:
+            return []
+        stamps = np.asarray([t for t in times if isinstance(t, int)], np.int64)
+        return sorted(set(np.searchsorted(trace.time_us, stamps).tolist()))
 
     def stack_frames(self, sid: int, local_stack: int) -> list[Frame]:
         """The frames (innermost first) of one of a snapshot's stacks."""

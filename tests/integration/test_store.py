@@ -183,3 +183,21 @@ def _assert_whole(db: str, events: int) -> None:
         assert n == events
         assert report_dict(analysis) == row.summary
     reader.close()
+
+
+def test_timeline_markers_and_level_of_detail(real_store):
+    db, ids = real_store
+    path = os.path.join(REAL, "cs336kk_ctx128_fullstep.pickle")
+    reader = StoreReader(db)
+    snap = load_snapshot(path)
+    n = len(snap.trace_of(0))
+    markers = reader.markers(ids[path], 0)
+    assert len(markers["segment_alloc"]) == snap.trace_of(0).action_counts()["segment_alloc"]
+    annotated = {a["time_us"] for a in snap.external_annotations if a.get("device", 0) == 0}
+    assert 0 < len(markers["annotation"]) <= len(annotated) and all(0 <= k <= n for k in markers["annotation"])
+    whole = reader.timeline(ids[path], 0, max_points=500)
+    replay = analyze(snap).replays[0]
+    assert whole["bucket"] == 64 and whole["reserved_max"].max() == replay.series["reserved"].max()
+    assert whole["allocated_max"].max() == replay.series["allocated"].max()  # no peak is lost to the summary
+    raw = reader.timeline(ids[path], 0, 1000, 1200)
+    assert raw["bucket"] == 1 and (raw["reserved_max"] == replay.series["reserved"][1000:1201]).all()
