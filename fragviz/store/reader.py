@@ -233,10 +233,16 @@ class StoreReader:
             times = self._times(sid, device, lo, hi)
             if times is not None:
                 out["time_us_min"] = times
-            return out
+            return self._with_t0(sid, device, out)
         cols = self._lod(sid, device, bucket)
         i, j = lo // bucket, hi // bucket + 1
-        return {"bucket": bucket, **{k: v[i:j] for k, v in cols.items()}}
+        return self._with_t0(sid, device, {"bucket": bucket, **{k: v[i:j] for k, v in cols.items()}})
+
+    def _with_t0(self, sid: int, device: int, out: dict[str, Any]) -> dict[str, Any]:
+        if "time_us_min" in out:
+            first = self._trace_chunks(sid, device, 0, 0)
+            out["t0_us"] = int(first[0]["time_us"][0]) if first else None
+        return out
 
     def _lod(self, sid: int, device: int, bucket: int) -> dict[str, np.ndarray]:
         key = (sid, device, bucket)

@@ -29,19 +29,24 @@ def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: in
     x = np.asarray(tl["start"])
     top = max([float(np.max(tl[k + "_max"])) for k in LABELS if len(tl[k + "_max"])] or [0.0])
     scale, unit = unit_for(top)
+    # Where the trace has time_us, hover also says when: seconds since the trace's first event.
+    seconds, when = None, "event %{x}"
+    if tl.get("t0_us") is not None and "time_us_min" in tl:
+        seconds = (np.asarray(tl["time_us_min"]) - tl["t0_us"]) / 1e6
+        when = "event %{x}, t+%{customdata:.3f} s"
     fig = go.Figure()
     for key, label in LABELS.items():
         hi = np.asarray(tl[key + "_max"]) / scale
         lo = np.asarray(tl[key + "_min"]) / scale
         if tl["bucket"] > 1:
             fig.add_trace(go.Scatter(x=x, y=lo, mode="lines", line=dict(width=0, color=COLORS[key]),
-                                       showlegend=False, hoverinfo="skip", legendgroup=key))
+                                     showlegend=False, hoverinfo="skip", legendgroup=key))
             fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
-                                       fill="tonexty", legendgroup=key,
-                                       hovertemplate=f"{label} max %{{y:.3f}} {unit}<extra>event %{{x}}</extra>"))
+                                     fill="tonexty", legendgroup=key, customdata=seconds,
+                                     hovertemplate=f"{label} max %{{y:.3f}} {unit}<extra>{when}</extra>"))
         else:
             fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
-                                       hovertemplate=f"{label} %{{y:.3f}} {unit}<extra>event %{{x}}</extra>"))
+                                     customdata=seconds, hovertemplate=f"{label} %{{y:.3f}} {unit}<extra>{when}</extra>"))
     fig.add_trace(go.Scatter(x=x, y=np.asarray(tl["fragmentation_max"]), mode="lines", name="fragmentation",
                                yaxis="y2", line=dict(width=1, color=COLORS["fragmentation"], dash="dot"),
                                hovertemplate="fragmentation %{y:.1%}<extra>event %{x}</extra>"))
