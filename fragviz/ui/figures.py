@@ -24,56 +24,67 @@ def unit_for(max_bytes: float) -> tuple[float, str]:
 
 
 def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: int | None,
-                    x_range: Sequence[float] | None = None) -> go.Figure:
-    """Memory over the trace (min/max per bucket where summarised), fragmentation on a second axis."""
-    x = np.asarray(tl["start"])
+                    x_range: Sequence[float] | None = None, axis: str = "event") -> go.Figure:
+    """Memory over the trace (min/max per bucket where summarised), fragmentation on a second axis.
+
+    `axis` "time" draws against seconds since the trace's first event where the trace has time_us; every
+    point's customdata is then its event index (clicks select events either way).
+    """
+    starts = np.asarray(tl["start"])
     top = max([float(np.max(tl[k + "_max"])) for k in LABELS if len(tl[k + "_max"])] or [0.0])
     scale, unit = unit_for(top)
-    # Where the trace has time_us, hover also says when: seconds since the trace's first event.
-    seconds, when = None, "event %{x}"
+    seconds = None
     if tl.get("t0_us") is not None and "time_us_min" in tl:
         seconds = (np.asarray(tl["time_us_min"]) - tl["t0_us"]) / 1e6
-        when = "event %{x}, t+%{customdata:.3f} s"
+    timed = axis == "time" and seconds is not None
+    # A plain list: plotly.js hands typed-array customdata to click events as nothing at all
+    x, custom = (seconds, starts.tolist()) if timed else (starts, seconds)
+    when = "t+%{x:.3f} s, event %{customdata}" if timed else (
+        "event %{x}, t+%{customdata:.3f} s" if seconds is not None else "event %{x}")
     fig = go.Figure()
     for key, label in LABELS.items():
         hi = np.asarray(tl[key + "_max"]) / scale
         lo = np.asarray(tl[key + "_min"]) / scale
         if tl["bucket"] > 1:
             fig.add_trace(go.Scatter(x=x, y=lo, mode="lines", line=dict(width=0, color=COLORS[key]),
-                                     showlegend=False, hoverinfo="skip", legendgroup=key))
+                                     showlegend=False, hoverinfo="skip", legendgroup=key, customdata=custom))
             fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
-                                     fill="tonexty", legendgroup=key, customdata=seconds,
+                                     fill="tonexty", legendgroup=key, customdata=custom,
                                      hovertemplate=f"{label} max %{{y:.3f}} {unit}<extra>{when}</extra>"))
         else:
             fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
-                                     customdata=seconds, hovertemplate=f"{label} %{{y:.3f}} {unit}<extra>{when}</extra>"))
+                                     customdata=custom, hovertemplate=f"{label} %{{y:.3f}} {unit}<extra>{when}</extra>"))
     fig.add_trace(go.Scatter(x=x, y=np.asarray(tl["fragmentation_max"]), mode="lines", name="fragmentation",
-                               yaxis="y2", line=dict(width=1, color=COLORS["fragmentation"], dash="dot"),
-                               hovertemplate="fragmentation %{y:.1%}<extra>event %{x}</extra>"))
-    _add_markers(fig, markers)
+                             yaxis="y2", line=dict(width=1, color=COLORS["fragmentation"], dash="dot"), customdata=custom,
+                             hovertemplate=f"fragmentation %{{y:.1%}}<extra>{when}</extra>"))
+    to_x = (lambda events: np.interp(events, starts, seconds)) if timed else (lambda events: events)
+    _add_markers(fig, {k: list(to_x(np.asarray(v))) if v else [] for k, v in markers.items()},
+                 {k: v for k, v in markers.items()} if timed else None)
     if event is not None:
-        fig.add_vline(x=event, line=dict(color=COLORS["selected"], width=1))
+        fig.add_vline(x=float(to_x(np.asarray([event]))[0]), line=dict(color=COLORS["selected"], width=1))
     fig.update_layout(
-        margin=dict(l=60, r=60, t=30, b=40), height=320, hovermode="x", uirevision="timeline",
+        margin=dict(l=60, r=60, t=30, b=40), height=320, hovermode="x", uirevision=f"timeline-{axis}",
         legend=dict(orientation="h", y=1.12, x=0), clickmode="event",
-        xaxis=dict(title="event", range=list(x_range) if x_range else None),
+        xaxis=dict(title="seconds since the first event" if timed else "event",
+                   range=list(x_range) if x_range else None),
         yaxis=dict(title=unit, rangemode="tozero"),
         yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], tickformat=".0%",
                     showgrid=False))
     return fig
 
 
-def _add_markers(fig: go.Figure, markers: dict[str, list[int]]) -> None:
+def _add_markers(fig: go.Figure, markers: dict[str, list], events: dict[str, list[int]] | None = None) -> None:
     styles = {"oom": ("OOM", "x", COLORS["oom"], 12), "segment_alloc": ("device alloc", "triangle-up", "#555", 6),
               "segment_free": ("device free", "triangle-down", "#555", 6), "snapshot": ("snapshot", "diamond", "#000", 7),
               "annotation": ("annotation", "line-ns", "#777", 9)}
-    for kind, events in markers.items():
-        if not events or kind not in styles:
+    for kind, xs in markers.items():
+        if not len(xs) or kind not in styles:
             continue
         name, symbol, color, size = styles[kind]
-        fig.add_trace(go.Scatter(x=events, y=[0] * len(events), mode="markers", name=name, yaxis="y2",
-                                   marker=dict(symbol=symbol, color=color, size=size),
-                                   hovertemplate=f"{name}<extra>event %{{x}}</extra>"))
+        custom = list(events[kind]) if events else None
+        fig.add_trace(go.Scatter(x=xs, y=[0] * len(xs), mode="markers", name=name, yaxis="y2", customdata=custom,
+                                 marker=dict(symbol=symbol, color=color, size=size),
+                                 hovertemplate=f"{name}<extra>event %{{{'x' if custom is None else 'customdata'}}}</extra>"))
 
 
 BlockLabel = Callable[[int], str]

@@ -207,3 +207,20 @@ def test_compare_two_snapshots_by_allocation_site(page, server):
     assert "1022.00 MiB" in summary and "974.00 MiB" in summary  # the two reserved totals
     assert "gpt.py" in page.locator("#compare-table").inner_text()
     assert page.errors == []
+
+
+def test_the_timeline_by_time(page, server):
+    body, _ = post_file(server, SMALL)  # this file has time_us on every event
+    page.goto(f"{server.url}/snapshots/{body['id']}?device=0&event=10")
+    wait_for_plot(page, "timeline")
+    page.click("#timeline-axis input[value=time]")
+    title = "document.querySelector('#timeline .js-plotly-plot').layout.xaxis.title.text"
+    page.wait_for_function(f"{title} === 'seconds since the first event'")
+    box = page.locator("#timeline .nsewdrag").first.bounding_box()
+    x, y = box["x"] + box["width"] * 0.975, box["y"] + box["height"] * 0.5  # the events crowd the end
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+    page.wait_for_function("!location.search.includes('event=10')")
+    chosen = int(page.evaluate("new URLSearchParams(location.search).get('event')"))
+    assert chosen != 10 and 0 < chosen <= 97  # an event picked from its time
+    assert page.errors == []

@@ -74,3 +74,15 @@ def test_icicle_values_add_up():
     assert values["root"] == 16
     main = fig.data[0].ids[fig.data[0].labels.index("main (a.py:1)")]
     assert values[main] == 16
+
+
+def test_timeline_by_time_carries_events_in_customdata():
+    rec = timeline_record(1, 4)
+    rec["time_us_min"] = np.array([10_000_000, 10_500_000, 12_000_000, 13_000_000])
+    rec["t0_us"] = 10_000_000
+    fig = figures.timeline_figure(rec, {"oom": [2]}, event=2, axis="time")
+    assert list(fig.data[0].x) == [0.0, 0.5, 2.0, 3.0] and list(fig.data[0].customdata) == [0, 1, 2, 3]
+    assert fig.layout.xaxis.title.text == "seconds since the first event"
+    assert fig.layout.shapes[0].x0 == 2.0 and list(fig.data[-1].x) == [2.0]  # the line and the OOM by time
+    by_event = figures.timeline_figure(rec, {}, event=None)
+    assert list(by_event.data[0].x) == [0, 1, 2, 3] and list(by_event.data[0].customdata) == [0.0, 0.5, 2.0, 3.0]

@@ -1,6 +1,7 @@
 """The snapshot page: /snapshots/<id>?device=N&event=K. Every state of the view is in the URL."""
 from __future__ import annotations
 
+import numpy as np
 from dash import Input, Output, State, ctx as dash_ctx, dash_table, dcc, html, no_update
 
 from fragviz.errors import FragvizError
@@ -60,8 +61,12 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
                    f"{', gzip' if fmt.compression else ''} · {fb(row.file_size)} · {n} trace events on device "
                    f"{device}", className="fv-sub"),
             controls,
-            card("Memory over the trace", dcc.Graph(id=ids.TIMELINE, figure=timeline(app_ctx, sid, device, event),
-                                                    config=GRAPH_CONFIG)),
+            card("Memory over the trace",
+                 dcc.RadioItems(id=ids.TIMELINE_AXIS, value="event", inline=True, className="fv-axis",
+                                options=[{"label": " by event ", "value": "event"},
+                                         {"label": " by time", "value": "time",
+                                          "disabled": "time_us" not in fmt.features}]),
+                 dcc.Graph(id=ids.TIMELINE, figure=timeline(app_ctx, sid, device, event), config=GRAPH_CONFIG)),
             html.Div(className="fv-row", children=[
                 card("Segments at the selected event", html.Div(className="fv-scroll", children=dcc.Graph(
                     id=ids.SEGMENT_MAP, config={"displaylogo": False})), class_name="fv-wide"),
@@ -115,10 +120,33 @@ def health(meta: dict) -> html.Div:
     ])
 
 
-def timeline(app_ctx, sid: int, device: int, event: int, lo: int | None = None, hi: int | None = None):
+def timeline(app_ctx, sid: int, device: int, event: int, lo: int | None = None, hi: int | None = None,
+             axis: str = "event"):
     tl = app_ctx.reader.timeline(sid, device, lo or 0, hi)
-    return figures.timeline_figure(tl, app_ctx.views.markers(sid, device), event,
-                                   x_range=[lo, hi] if lo is not None and hi is not None else None)
+    x_range = None
+    if lo is not None and hi is not None:
+        x_range = [lo, hi] if axis == "event" else _seconds(app_ctx, sid, device, [lo, hi])
+    return figures.timeline_figure(tl, app_ctx.views.markers(sid, device), event, x_range=x_range, axis=axis)
+
+
+def _time_map(app_ctx, sid: int, device: int):
+    """(event starts, seconds since the first event) over the whole trace, coarse: to turn one into the other."""
+    tl = app_ctx.reader.timeline(sid, device, max_points=5000)
+    if tl.get("t0_us") is None:
+        return None
+    return np.asarray(tl["start"]), (np.asarray(tl["time_us_min"]) - tl["t0_us"]) / 1e6
+
+
+def _seconds(app_ctx, sid: int, device: int, events: list[int]) -> list[float] | None:
+    m = _time_map(app_ctx, sid, device)
+    return None if m is None else [float(v) for v in np.interp(events, m[0], m[1])]
+
+
+def _events(app_ctx, sid: int, device: int, seconds: list[float]) -> list[int]:
+    m = _time_map(app_ctx, sid, device)
+    if m is None:
+        return [int(s) for s in seconds]
+    return [int(v) for v in np.interp(seconds, m[1], m[0])]
 
 
 def _frames_view(frames, show_all: bool) -> html.Div:
@@ -155,8 +183,8 @@ def register(app, app_ctx) -> None:
                   Output(ids.EVENT_INFO, "children"), Output(ids.EVENT, "value"),
                   Input(ids.TIMELINE, "clickData"), Input(ids.PREV, "n_clicks"), Input(ids.NEXT, "n_clicks"),
                   Input(ids.EVENT, "value"), Input(ids.DEVICE, "value"), Input(ids.MARK_SIZE, "value"),
-                  Input(ids.SNAPSHOT_URL, "search"), State(ids.SNAPSHOT_URL, "pathname"))
-    def select_and_draw(click, _prev, _next, typed, device, mark_mib, search, pathname):
+                  Input(ids.SNAPSHOT_URL, "search"), State(ids.SNAPSHOT_URL, "pathname"), State(ids.TIMELINE_AXIS, "value"))
+    def select_and_draw(click, _prev, _next, typed, device, mark_mib, search, pathname, axis):
         # One callback both takes the choice (a click, a key, a typed event) into the URL and draws the state,
         # so a new event costs one round trip. The URL as input also serves back and forward navigation.
         sid, cur_device, event, n = view_of(app_ctx, pathname, search)
@@ -165,7 +193,7 @@ def register(app, app_ctx) -> None:
             new_search = make_search(device=device)
             sid, cur_device, event, n = view_of(app_ctx, pathname, new_search)
         else:
-            event = _chosen_event(trigger, click, typed, event, n)
+            event = _chosen_event(trigger, click, typed, event, n, axis == "time")
             new_search = make_search(device=cur_device, event=event)
         segments, fig, _ = app_ctx.views.state(sid, cur_device, event)
         seg_map = figures.segment_map_figure(segments, lambda stack: app_ctx.views.site(sid, stack))
@@ -186,16 +214,22 @@ def register(app, app_ctx) -> None:
         return sites, figures.icicle_figure(app_ctx.views.stack_weights(sid, segments, limit=60), max_depth=8)
 
     @app.callback(Output(ids.TIMELINE, "figure"), Input(ids.TIMELINE, "relayoutData"),
-                  State(ids.SNAPSHOT_URL, "search"), State(ids.SNAPSHOT_URL, "pathname"), prevent_initial_call=True)
-    def refine_timeline(relayout, search, pathname):
+                  Input(ids.TIMELINE_AXIS, "value"), State(ids.SNAPSHOT_URL, "search"),
+                  State(ids.SNAPSHOT_URL, "pathname"), prevent_initial_call=True)
+    def refine_timeline(relayout, axis, search, pathname):
         sid, device, event, n = view_of(app_ctx, pathname, search)
+        if dash_ctx.triggered_id == ids.TIMELINE_AXIS:
+            return timeline(app_ctx, sid, device, event, axis=axis)
         if not relayout:
             return no_update
         if "xaxis.range[0]" in relayout:
-            lo, hi = int(max(0, relayout["xaxis.range[0]"])), int(min(n, relayout["xaxis.range[1]"]) + 1)
-            return timeline(app_ctx, sid, device, event, lo, max(lo + 1, hi))
+            ends = [relayout["xaxis.range[0]"], relayout["xaxis.range[1]"]]
+            if axis == "time":
+                ends = _events(app_ctx, sid, device, ends)
+            lo, hi = int(max(0, ends[0])), int(min(n, ends[1]) + 1)
+            return timeline(app_ctx, sid, device, event, lo, max(lo + 1, hi), axis)
         if relayout.get("xaxis.autorange"):
-            return timeline(app_ctx, sid, device, event)
+            return timeline(app_ctx, sid, device, event, axis=axis)
         return no_update
 
     # The selected event's line moves in the browser: no round trip, and the segment map is not kept waiting.
@@ -205,7 +239,15 @@ def register(app, app_ctx) -> None:
             const m = /after (\\d+) of/.exec(info || '');
             if (plot && m && window.Plotly) {
                 const k = Number(m[1]);
-                window.Plotly.relayout(plot, {shapes: [{type: 'line', xref: 'x', yref: 'paper', x0: k, x1: k,
+                let x = k;
+                const title = (plot.layout.xaxis && plot.layout.xaxis.title && plot.layout.xaxis.title.text) || '';
+                const d = plot._fullData && plot._fullData[0];
+                if (title.startsWith('seconds') && d && d.customdata) {
+                    let i = 0;
+                    while (i < d.customdata.length - 1 && d.customdata[i] < k) { i += 1; }
+                    x = d.x[i];
+                }
+                window.Plotly.relayout(plot, {shapes: [{type: 'line', xref: 'x', yref: 'paper', x0: x, x1: x,
                                                         y0: 0, y1: 1, line: {color: '#000000', width: 1}}]});
             }
             return window.dash_clientside.no_update;
@@ -242,9 +284,12 @@ def register(app, app_ctx) -> None:
         return sites_rows(app_ctx.views.top_sites(sid, segments))
 
 
-def _chosen_event(trigger, click, typed, event: int, n: int) -> int:
+def _chosen_event(trigger, click, typed, event: int, n: int, timed: bool = False) -> int:
     if trigger == ids.TIMELINE and click and click.get("points"):
-        return min(max(int(round(click["points"][0]["x"])), 0), n)
+        point = click["points"][0]
+        chosen = point.get("customdata") if timed else point["x"]  # by time, each point carries its event
+        if chosen is not None:
+            return min(max(int(round(float(chosen))), 0), n)
     if trigger == ids.PREV:
         return max(0, event - 1)
     if trigger == ids.NEXT:
