@@ -117,6 +117,7 @@ def selection(page, url: str, events: int, repeats: int) -> list[float]:
                                timeout=30000)
         page.wait_for_function("window.__fvDrawn > 0", timeout=30000)
         times.append(time.perf_counter() - start)
+        page.wait_for_timeout(800)  # the rest of the page (sites table, icicle) settles before the next choice
     return times
 
 

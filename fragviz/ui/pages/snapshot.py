@@ -53,7 +53,7 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
         dcc.Link("compare…", href=f"/compare?a={sid}", className="fv-action"),
     ])
     return html.Div([
-        dcc.Location(id=ids.SNAPSHOT_URL, refresh="callback-nav"),
+        dcc.Location(id=ids.SNAPSHOT_URL, refresh="callback-nav"), dcc.Store(id="sites-trigger"),
         header(),
         html.Main(className="fv-main", children=[
             html.H2(row.name.rsplit("/", 1)[-1], title=row.name),
@@ -205,7 +205,13 @@ def register(app, app_ctx) -> None:
         return (no_update if new_search == search or (not search and trigger is None) else new_search,
                 seg_map, hist, info, (no_update if typed == event else event))
 
-    @app.callback(Output(ids.SITES_NOW, "data"), Output(ids.ICICLE, "figure"), Input(ids.EVENT_INFO, "children"),
+    # The sites table and the icicle follow a moment later, so that the segment map and the histogram of a
+    # new event are drawn first (the browser draws one thing at a time).
+    app.clientside_callback(
+        "function(info) { return new Promise(resolve => setTimeout(() => resolve(info), 120)); }",
+        Output("sites-trigger", "data"), Input(ids.EVENT_INFO, "children"))
+
+    @app.callback(Output(ids.SITES_NOW, "data"), Output(ids.ICICLE, "figure"), Input("sites-trigger", "data"),
                   State(ids.SNAPSHOT_URL, "pathname"), State(ids.SNAPSHOT_URL, "search"))
     def draw_sites(_, pathname, search):
         sid, device, event, _n = view_of(app_ctx, pathname, search)
