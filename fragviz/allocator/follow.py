@@ -15,12 +15,10 @@ from fragviz.allocator.config import AllocatorSettings
 from fragviz.allocator.rules import LARGE_BUFFER, SMALL_BUFFER, allocation_size, round_size, should_split
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import allocator_segments, load_segments
+from fragviz.allocator.groups import NEW_MEMORY, RELEASES, SEGMENT_ACTIONS, malloc_groups
 from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
                            SEGMENT_UNMAP, Segment, Trace)
 
-SEGMENT_ACTIONS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
-NEW_MEMORY = (SEGMENT_ALLOC, SEGMENT_MAP)
-RELEASES = (SEGMENT_FREE, SEGMENT_UNMAP)
 MAX_MISMATCHES = 20
 
 
@@ -91,7 +89,8 @@ class _Follower:
 
     def run(self, final: list[Segment]) -> FollowResult:
         act, n = self.act, len(self.act)
-        starts = _malloc_groups(act)
+        self.groups = malloc_groups(act)
+        starts = {g: a for a, g in self.groups.items()}
         later: dict[int, int] = {}
         predictions: dict[int, Prediction] = {}
         for i in range(n):
@@ -106,18 +105,16 @@ class _Follower:
                         j += 1
                     later[j] = a
             if act[i] == ALLOC:
-                self._score(i, predictions.pop(i), starts)
+                self._score(i, predictions.pop(i))
             self._apply(i)
-        self._count_stray_segment_allocs(starts)
+        self._count_stray_segment_allocs()
         self.result.final_state_matches = _same_segments(allocator_segments(self.alloc), final)
         return self.result
 
     # -- scoring -------------------------------------------------------------------------------------
-    def _score(self, a: int, pred: Prediction, starts: dict[int, int]) -> None:
+    def _score(self, a: int, pred: Prediction) -> None:
         r = self.result
-        g = a
-        while g > 0 and self.act[g - 1] in SEGMENT_ACTIONS:
-            g -= 1
+        g = self.groups[a]
         new = [(self.addr[j], self.size[j]) for j in range(g, a) if self.act[j] in NEW_MEMORY]
         new_bytes = sum(s for _, s in new)
         r.alloc_events += 1
@@ -139,9 +136,9 @@ class _Follower:
         predicted = {"addr": pred.alloc_addr, "new_memory_bytes": pred.new_bytes}
         r.note(a, "alloc", recorded, predicted)
 
-    def _count_stray_segment_allocs(self, starts: dict[int, int]) -> None:
+    def _count_stray_segment_allocs(self) -> None:
         grouped = set()
-        for g, a in starts.items():
+        for a, g in self.groups.items():
             grouped.update(range(g, a))
         for j, act in enumerate(self.act):
             if act in NEW_MEMORY and j not in grouped:
@@ -229,18 +226,6 @@ class _Follower:
             pool.insert_unmapped(block)
         if not alloc.map_block(block, min(size, block.size)):
             self.result.divergences += 1
-
-
-def _malloc_groups(act: list[int]) -> dict[int, int]:
-    """First event of each malloc -> its alloc event: the segment events right before an alloc belong to it."""
-    starts = {}
-    for a, x in enumerate(act):
-        if x == ALLOC:
-            g = a
-            while g > 0 and act[g - 1] in SEGMENT_ACTIONS:
-                g -= 1
-            starts[g] = a
-    return starts
 
 
 def _free_at(alloc: DeviceAllocator, addr: int) -> Block | None:

@@ -12,13 +12,12 @@ from typing import Any, Callable, Iterator
 
 from fragviz.allocator.blocks import Block
 from fragviz.allocator.config import AllocatorSettings
+from fragviz.allocator.groups import NEW_MEMORY, RELEASES, malloc_groups
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import load_segments
 from fragviz.metrics import fragmentation
-from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
-                           SEGMENT_UNMAP, Segment, Trace)
+from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, Segment, Trace)
 
-RELEASES = (SEGMENT_FREE, SEGMENT_UNMAP)
 MAX_OOMS = 1000
 
 
@@ -97,7 +96,7 @@ def _is_empty_cache(act: list[int], size: list[int], i: int, reserved: list[int]
     while j < len(act) and act[j] in RELEASES:
         j += 1
     new = 0
-    while j < len(act) and act[j] in (SEGMENT_ALLOC, SEGMENT_MAP):
+    while j < len(act) and act[j] in NEW_MEMORY:
         new += size[j]
         j += 1
     if j == len(act) or act[j] != ALLOC or capacity is None or reserved is None:
@@ -109,12 +108,7 @@ def recorded_device_allocations(trace: Trace) -> dict[int, list[tuple[int, int]]
     """(size, address) of the cudaMallocs just before each alloc event, by the alloc's index."""
     act, addr, size = trace.action.tolist(), trace.addr.tolist(), trace.size.tolist()
     hints: dict[int, list[tuple[int, int]]] = {}
-    for a, x in enumerate(act):
-        if x != ALLOC:
-            continue
-        g = a
-        while g > 0 and act[g - 1] in (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP):
-            g -= 1
+    for a, g in malloc_groups(act).items():
         found = [(size[j], addr[j]) for j in range(g, a) if act[j] == SEGMENT_ALLOC]
         if found:
             hints[a] = found
