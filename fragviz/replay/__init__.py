@@ -7,6 +7,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from fragviz.allocator.config import AllocatorSettings, settings_from_snapshot
+from fragviz.lod import per_event
 from fragviz.metrics import StateFigures, fragmentation, state_figures
 from fragviz.model import Segment, Snapshot, Trace
 from fragviz.replay.engine import (CHECKPOINT_EVERY, SERIES, build_layout, final_records, run_forward,
@@ -63,11 +64,7 @@ class DeviceReplay:
         return restore_layout(self.checkpoints, self.trace, self.block_size, k, self.sizer)
 
     def fragmentation_series(self) -> np.ndarray:
-        free = self.series["reserved"] - self.series["allocated"]
-        largest = self.series["largest_gap"]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frag = np.where(free > 0, 1.0 - largest / np.maximum(free, 1), 0.0)
-        return np.clip(frag, 0.0, 1.0)
+        return per_event(self.series)["fragmentation"]
 
 
 def restore_layout(checkpoints: Mapping[int, dict[str, np.ndarray]], trace: Trace, block_size: np.ndarray,

@@ -115,23 +115,22 @@ class StoreReader:
                        "pre_trace_segments": r[4], "warnings": json.loads(r[5])} for r in rows}
 
     def _stacks(self, sid: int) -> tuple[tuple[Frame, ...], tuple[tuple[int, ...], ...]]:
-        conn = self._conn()
-        frame_index: dict[int, int] = {}
-        frames: list[Frame] = []
-        stacks = []
-        rows = conn.execute("SELECT ss.local_id, st.frame_ids FROM snapshot_stacks ss JOIN stacks st "
-                            "ON st.id = ss.stack_id WHERE ss.snapshot_id = ? ORDER BY ss.local_id", (sid,))
-        raw = [(local, np.frombuffer(blob, np.int64).tolist()) for local, blob in rows]
-        wanted = sorted({f for _, ids in raw for f in ids})
+        rows = self._conn().execute("SELECT ss.local_id, st.frame_ids FROM snapshot_stacks ss JOIN stacks st "
+                                    "ON st.id = ss.stack_id WHERE ss.snapshot_id = ? ORDER BY ss.local_id", (sid,))
+        raw = [np.frombuffer(blob, np.int64).tolist() for _, blob in rows]
+        by_id = self._frames_by_id({f for ids in raw for f in ids})
+        index = {fid: i for i, fid in enumerate(by_id)}
+        return tuple(by_id.values()), tuple(tuple(index[f] for f in ids) for ids in raw)
+
+    def _frames_by_id(self, ids) -> dict[int, Frame]:
+        """Frames of the store by their ids (in ascending id order)."""
+        wanted = sorted(set(ids))
+        out: dict[int, Frame] = {}
         for chunk in range(0, len(wanted), 500):
             part = wanted[chunk:chunk + 500]
-            q = f"SELECT id, filename, line, name FROM frames WHERE id IN ({','.join('?' * len(part))})"
-            for fid, filename, line, fname in conn.execute(q, part):
-                frame_index[fid] = len(frames)
-                frames.append(Frame(filename, line, fname))
-        for _, ids in raw:
-            stacks.append(tuple(frame_index[f] for f in ids))
-        return tuple(frames), tuple(stacks)
+            q = f"SELECT id, filename, line, name FROM frames WHERE id IN ({','.join('?' * len(part))}) ORDER BY id"
+            out.update({fid: Frame(f, line, name) for fid, f, line, name in self._conn().execute(q, part)})
+        return out
 
     def _final_segments(self, sid: int) -> Iterator[Segment]:
         conn = self._conn()
@@ -303,11 +302,7 @@ class StoreReader:
         if row is None:
             return []
         ids = np.frombuffer(row[0], np.int64).tolist()
-        frames = {}
-        for chunk in range(0, len(ids), 500):
-            part = ids[chunk:chunk + 500]
-            q = f"SELECT id, filename, line, name FROM frames WHERE id IN ({','.join('?' * len(part))})"
-            frames.update({fid: Frame(f, line, name) for fid, f, line, name in self._conn().execute(q, part)})
+        frames = self._frames_by_id(ids)
         return [frames[i] for i in ids]
 
 
