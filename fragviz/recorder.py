@@ -23,7 +23,7 @@ from fragviz.allocator.config import parse_alloc_conf
 from fragviz.allocator.rules import allocation_size, round_size
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import snapshot_dict
-from fragviz.model import Frame
+from fragviz.snapshot.frames import StackInterner
 from fragviz.units import torch_format_size
 
 DEFAULT_DEVICE_MEMORY = 16 * 1024**3
@@ -85,10 +85,7 @@ class SimulatedDevice:
         self.conf = conf
         self.alloc = DeviceAllocator(parse_alloc_conf(conf), device_memory)
         self.alloc.clock = lambda: int(time.time() * 1e6)
-        self.frames: list[Frame] = []
-        self.stacks: list[tuple[int, ...]] = []
-        self._frame_ids: dict[Frame, int] = {}
-        self._stack_ids: dict[tuple[int, ...], int] = {}
+        self.stacks = StackInterner()
         self._live: dict[int, Any] = {}
         self.oom_message: str | None = None
         self.closed = False  # once the snapshot is being taken, later frees (finalizers, GC) are not recorded
@@ -114,26 +111,13 @@ class SimulatedDevice:
             self.alloc.free(block)
 
     def _stack(self) -> int:
-        frames = []
         stack = traceback.extract_stack()[:-3]
         if self.root_file is not None:
             outer = next((i for i, fs in enumerate(stack) if fs.filename == self.root_file), 0)
             stack = stack[outer:]
-        for fs in reversed(stack):  # innermost first, as PyTorch writes them
-            if any(s in fs.filename for s in _SKIP_FILES):
-                continue
-            frame = Frame(fs.filename, fs.lineno or 0, fs.name)
-            fid = self._frame_ids.get(frame)
-            if fid is None:
-                fid = self._frame_ids[frame] = len(self.frames)
-                self.frames.append(frame)
-            frames.append(fid)
-        key = tuple(frames)
-        sid = self._stack_ids.get(key)
-        if sid is None:
-            sid = self._stack_ids[key] = len(self.stacks)
-            self.stacks.append(key)
-        return sid
+        # innermost first, as PyTorch writes them
+        return self.stacks.intern_keys((fs.filename, fs.lineno or 0, fs.name) for fs in reversed(stack)
+                                       if not any(s in fs.filename for s in _SKIP_FILES))
 
     def _oom_message(self, nbytes: int) -> str:
         a = self.alloc
@@ -147,7 +131,7 @@ class SimulatedDevice:
 
     def snapshot(self, provenance: dict[str, Any]) -> dict[str, Any]:
         self.closed = True
-        return snapshot_dict([self.alloc], tuple(self.frames), tuple(self.stacks), provenance)
+        return snapshot_dict([self.alloc], tuple(self.stacks.frames), tuple(self.stacks.stacks), provenance)
 
 
 def _oom_error(message: str) -> Exception:

@@ -69,7 +69,13 @@ class StackInterner:
         self._by_ends.setdefault(key, []).append((frames, sid))  # type: ignore[union-attr]
 
     def _intern_content(self, frames: Any) -> int:
-        key = tuple(self._frame_id(f) for f in frames)
+        return self.intern_keys(self._frame_key(f) for f in frames)
+
+    def intern_keys(self, keys: Any) -> int:
+        """The stack id of (filename, line, name) keys, innermost first (for stacks that are not frame dicts)."""
+        key = tuple(self._frame_id(k) for k in keys)
+        if not key:
+            return NO_STACK
         sid = self._stack_ids.get(key)
         if sid is None:
             sid = len(self.stacks)
@@ -77,11 +83,13 @@ class StackInterner:
             self._stack_ids[key] = sid
         return sid
 
-    def _frame_id(self, f: Any) -> int:
+    @staticmethod
+    def _frame_key(f: Any) -> tuple[str, int, str]:
         if isinstance(f, dict):
-            key = (str(f.get("filename", "")), _as_int(f.get("line", 0)), str(f.get("name", "")))
-        else:
-            key = ("", 0, str(f))
+            return (str(f.get("filename", "")), _as_int(f.get("line", 0)), str(f.get("name", "")))
+        return ("", 0, str(f))
+
+    def _frame_id(self, key: tuple[str, int, str]) -> int:
         fid = self._frame_ids.get(key)
         if fid is None:
             fid = len(self.frames)
