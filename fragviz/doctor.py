@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fragviz.allocator.config import parse_alloc_conf
 from fragviz.analysis import Analysis
 from fragviz.metrics import state_figures
 from fragviz.model import OOM
 from fragviz.oom_message import OomMessage, find_messages, parse_message
+from fragviz.simulate import recorded_capacity, run_free
 from fragviz.units import format_bytes as fb
 
 WHAT_IF_CONFS = ("expandable_segments:True", "max_split_size_mb:512")
@@ -183,8 +185,8 @@ def diagnose(analysis: Analysis, message: str | None = None, simulate: bool = Tr
         for k in hits:
             out.append(_diagnosis(_facts_at(analysis, device, k), what_ifs))
     if message:
-        out.extend(_with_end_state(analysis, parse_message(line)) for line in find_messages(message)
-                   if parse_message(line) is not None)
+        parsed = (parse_message(line) for line in find_messages(message))
+        out.extend(_with_end_state(analysis, msg) for msg in parsed if msg is not None)
     return out
 
 
@@ -208,9 +210,6 @@ def _with_end_state(analysis: Analysis, msg: OomMessage) -> dict[str, Any]:
 
 
 def _what_ifs(analysis: Analysis, device: int) -> list[dict[str, Any]]:
-    from fragviz.allocator.config import parse_alloc_conf
-    from fragviz.simulate import recorded_capacity, run_free
-
     capacity = recorded_capacity(analysis, device)
     runs = [("recorded settings", analysis.settings)] + [(c, parse_alloc_conf(c)) for c in WHAT_IF_CONFS]
     out = []

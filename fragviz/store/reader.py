@@ -270,7 +270,8 @@ class StoreReader:
 
     def markers(self, sid: int, device: int, limit: int = 5000) -> dict[str, list[int]]:
         """Event indices of OOMs, device allocations and releases, and `snapshot` actions (at most `limit` each)."""
-        names = self._devices(sid)[device]["action_names"] if device in self._devices(sid) else ()
+        devices = self._devices(sid)
+        names = devices[device]["action_names"] if device in devices else ()
         trace = self.trace(sid, device, names)
         kinds = {"oom": ("oom",), "segment_alloc": ("segment_alloc", "segment_map"),
                  "segment_free": ("segment_free", "segment_unmap"), "snapshot": ("snapshot",)}

@@ -5,6 +5,7 @@ from collections import defaultdict
 from functools import lru_cache
 from typing import Any
 
+from fragviz.doctor import diagnose
 from fragviz.metrics import StateFigures
 from fragviz.model import BlockState, Frame, Segment
 from fragviz.report import site_label
@@ -55,8 +56,6 @@ class Views:
         return {self.frames(sid, s): size for s, size in top}
 
     def _doctor(self, sid: int) -> list[dict[str, Any]]:
-        from fragviz.doctor import diagnose
-
         summary = self.reader.snapshot_row(sid).summary
         if not any(d["trace_actions"].get("oom") for d in summary["devices"]):
             return []  # nothing to diagnose: no need to load the traces
