@@ -45,6 +45,9 @@ def analyze(snapshot: Snapshot, progress: Progress | None = None) -> Analysis:
         replays[device] = replay_device(snapshot, device, settings, progress=tick)
         done += len(snapshot.trace_of(device))
     warnings = list(snapshot.warnings)
+    if not replays:
+        warnings.append("the snapshot is empty: no segments and no trace events (it was taken before anything "
+                        "was allocated on a CUDA device, or on a process that never used one)")
     for device, replay in replays.items():
         warnings.extend(replay.warnings)
         warnings.extend(trace_totals(snapshot, device).warnings)

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from fragviz.analysis import analyze
+from fragviz.errors import SnapshotFormatError
 from fragviz.metrics import state_figures
 from fragviz.report import report_dict
 from fragviz.snapshot import load_snapshot
@@ -22,7 +23,8 @@ GENERATIONS = {
     "layoutedit_segments_only": "segments-list", "layoutedit_dump_2dev": "2.2+", "ftcourse": "2.1",
     "diffusion_tiny": "2.2+", "sketchkv": "2.4+", "cs336kk_notrace_75gb": "2.5+", "cs336kk_ctx128_forward": "2.5+",
     "cs336kk_ctx128_fullstep": "2.5+", "sqattn_segment_free": "2.5+", "cs336silmont_small": "2.5+",
-    "nuggets_nightly_mini": "2.10+",
+    "nuggets_nightly_mini": "2.10+", "verl_mempools_pending": "2.5+", "hanmin_train_19k": "2.5+",
+    "hitsbe_empty": "2.5+",
 }
 INCONSISTENT = {"nuggets_nightly_mini"}  # trimmed by its authors: its trace frees memory its segments never held
 
@@ -124,6 +126,34 @@ def test_capture_health(analyses):
     assert any("no stacks were recorded" in w for w in analyses["selectn_dev1_notrace"].warnings)
     assert not any("no stacks were recorded" in w for w in analyses["flexgen_opt13b"].warnings)  # in history
     assert not any("covers only" in w for w in analyses["cs336silmont_small"].warnings)  # starts empty
+
+
+def test_private_pools_and_pending_frees_are_read(analyses):
+    snap = analyses["verl_mempools_pending"].snapshot
+    pools = Counter(s.pool_id for s in snap.segments)
+    assert pools == Counter({(0, 0): 59, (0, 1): 44, (0, 2): 24})
+    pending = [b for s in snap.segments for b in s.blocks if b.state.value == "active_pending_free"]
+    assert len(pending) == 9 and all(b.state.is_active for b in pending)
+
+
+def test_a_trace_without_segment_allocs_starts_from_inherited_segments(analyses):
+    replay = analyses["hanmin_train_19k"].replays[0]
+    assert replay.pre_trace_segments == 999
+    assert any("covers only the last 19464 events" in w for w in analyses["hanmin_train_19k"].warnings)
+
+
+def test_an_empty_snapshot_says_it_is_empty(analyses):
+    r = report_dict(analyses["hitsbe_empty"])
+    assert r["devices"] == []
+    assert any("the snapshot is empty" in w for w in analyses["hitsbe_empty"].warnings)
+
+
+def test_a_real_file_that_is_not_a_snapshot_is_refused_by_name():
+    path = os.path.join(REAL, "negative", "mygpt_not_a_snapshot.pickle")
+    with pytest.raises(SnapshotFormatError) as info:
+        load_snapshot(path)
+    message = str(info.value)
+    assert path in message and "is not a PyTorch memory snapshot" in message and "\n" not in message
 
 
 def test_legacy_block_addresses_are_derived(analyses):
