@@ -9,6 +9,7 @@ from typing import Sequence
 
 from fragviz import __version__
 from fragviz.errors import FragvizError, UsageError
+from fragviz.live.protocol import DEFAULT_RUN_PORT
 from fragviz.settings import SETTINGS, db_path
 
 
@@ -83,6 +84,35 @@ def _parser() -> argparse.ArgumentParser:
     cap.add_argument("--simulate", action="store_true", help="simulate even where CUDA is available")
     cap.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")
     cap.set_defaults(run=_cmd_capture)
+
+    run = sub.add_parser("run", help="run a Python script with the live agent serving its memory on a port",
+                         description="fragviz run [options] -- python train.py ARGS. The agent serves /v1/stats, "
+                         "/v1/snapshot, /v1/oom and /metrics; under torchrun each rank serves on PORT + LOCAL_RANK. "
+                         "Without CUDA the script's CPU tensors are mirrored into a simulated CUDA device.")
+    run.add_argument("--port", type=int, default=DEFAULT_RUN_PORT, help=f"port to serve on (default "
+                     f"{DEFAULT_RUN_PORT}; 0: any free port)")
+    run.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs a token)")
+    run.add_argument("--token", help="token clients must send as Authorization: Bearer (default $FRAGVIZ_TOKEN)")
+    run.add_argument("--device-memory", metavar="SIZE", help="simulated device size without CUDA (default 16GiB)")
+    run.add_argument("--alloc-conf", metavar="CONF", help="PYTORCH_CUDA_ALLOC_CONF for the run")
+    run.add_argument("--simulate", action="store_true", help="simulate even where CUDA is available")
+    run.add_argument("--max-entries", type=int, default=100_000, help="trace entries kept (a ring buffer)")
+    run.add_argument("--linger", type=float, default=10.0, help="seconds to wait at exit for a poller to fetch "
+                     "an OOM snapshot (default 10)")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
+    run.set_defaults(run=_cmd_run)
+
+    att = sub.add_parser("attach", help="record running jobs' live agents into the store",
+                         description="Polls each HOST:PORT (one per rank), records every poll as a live series, "
+                         "takes periodic snapshots and the OOM snapshot into the library; reconnects when an agent "
+                         "goes away; stops on Ctrl-C or after --duration.")
+    att.add_argument("targets", nargs="+", metavar="HOST:PORT")
+    att.add_argument("--token", help="the agents' token (default $FRAGVIZ_TOKEN)")
+    att.add_argument("--db", help=db_help)
+    att.add_argument("--interval", default="1s", help="time between polls (default 1s)")
+    att.add_argument("--snapshot-every", default="60s", help="time between full snapshots (default 60s)")
+    att.add_argument("--duration", help="stop after this long (default: until Ctrl-C)")
+    att.set_defaults(run=_cmd_attach)
 
     srv = sub.add_parser("serve", help="serve the dashboard (and its HTTP API) over a store")
     srv.add_argument("--db", help=db_help)
@@ -182,13 +212,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _cmd_capture(args: argparse.Namespace) -> int:
     import runpy
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if command and os.path.basename(command[0]).startswith("python"):
-        command = command[1:]
-    if not command or not command[0].endswith(".py"):
-        raise UsageError("capture runs a Python script: fragviz capture [options] -- python script.py ARGS")
+    from fragviz.live.runner import script_and_args
+
+    command = script_and_args(list(args.command), "capture")
     if args.alloc_conf is not None:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = args.alloc_conf  # before CUDA initialises
     from fragviz.recorder import capture
@@ -212,6 +238,26 @@ def _cmd_capture(args: argparse.Namespace) -> int:
         sys.argv = saved_argv
     print(f"snapshot written to {args.out}", file=sys.stderr)
     return status
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from fragviz.live.runner import run_script
+    from fragviz.units import parse_size
+
+    memory = parse_size(args.device_memory) if args.device_memory else None
+    token = args.token or os.environ.get("FRAGVIZ_TOKEN") or None
+    return run_script(list(args.command), args.port, args.host, token, memory, args.alloc_conf,
+                      True if args.simulate else None, args.max_entries, args.linger)
+
+
+def _cmd_attach(args: argparse.Namespace) -> int:
+    from fragviz.live.poller import attach_command
+    from fragviz.units import parse_duration
+
+    token = args.token or os.environ.get("FRAGVIZ_TOKEN") or None
+    duration = parse_duration(args.duration) if args.duration else None
+    return attach_command(db_path(args.db), args.targets, token, parse_duration(args.interval),
+                          parse_duration(args.snapshot_every), duration)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

@@ -32,3 +32,7 @@ class NotFoundError(StoreError):
 
 class UsageError(FragvizError):
     """Arguments that do not fit together (an event index out of range, an unknown device)."""
+
+
+class AgentError(FragvizError):
+    """The live agent cannot start, or a live target cannot be reached or refuses us."""

@@ -13,11 +13,12 @@ from __future__ import annotations
 import gzip
 import os
 import pickle
+import threading
 import time
 import traceback
 import weakref
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from fragviz.allocator.config import parse_alloc_conf
 from fragviz.allocator.rules import allocation_size, round_size
@@ -78,37 +79,61 @@ def _cuda_capture(path: str, max_entries: int) -> Iterator[None]:
 
 
 class SimulatedDevice:
-    """Serves CPU tensor storages from a simulated CUDA caching allocator, with their Python stacks."""
+    """Serves CPU tensor storages from a simulated CUDA caching allocator, with their Python stacks.
 
-    def __init__(self, device_memory: int, alloc_conf: str | None, root_file: str | None = None) -> None:
+    Thread-safe: the live agent reads the allocator from its own threads while the job allocates, and
+    storages can be finalised on any thread. With `record=False` nothing is traced and no stack is taken
+    (what keeps mirroring cheap when no history is wanted); `max_entries` bounds the trace as PyTorch's
+    ring buffer does. `on_oom(message)` is called, under the lock, before the OOM error is raised.
+    """
+
+    def __init__(self, device_memory: int, alloc_conf: str | None, root_file: str | None = None,
+                 record: bool = True, max_entries: int | None = None,
+                 on_oom: Callable[[str], None] | None = None) -> None:
         conf = alloc_conf if alloc_conf is not None else os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
         self.conf = conf
-        self.alloc = DeviceAllocator(parse_alloc_conf(conf), device_memory)
+        self.alloc = DeviceAllocator(parse_alloc_conf(conf), device_memory, record=record)
         self.alloc.clock = lambda: int(time.time() * 1e6)
         self.stacks = StackInterner()
         self._live: dict[int, Any] = {}
         self.oom_message: str | None = None
         self.closed = False  # once the snapshot is being taken, later frees (finalizers, GC) are not recorded
         self.root_file = root_file  # the script being run: frames outside it (the launcher) are left out
+        self.lock = threading.RLock()
+        self.max_entries = max_entries
+        self.on_oom = on_oom
 
     def track(self, storage: Any) -> None:
         key = storage._cdata
         nbytes = storage.nbytes()
-        if key in self._live or nbytes == 0:
+        if key in self._live or nbytes == 0 or self.closed:
             return
-        block = self.alloc.malloc(nbytes, 0, self._stack())
-        if block is None:
-            self.oom_message = self._oom_message(nbytes)
-            raise _oom_error(self.oom_message)
-        self._live[key] = block
+        with self.lock:
+            stack = self._stack() if self.alloc.record else -1
+            block = self.alloc.malloc(nbytes, 0, stack)
+            if block is None:
+                self.oom_message = self._oom_message(nbytes)
+                if self.on_oom is not None:
+                    self.on_oom(self.oom_message)
+                raise _oom_error(self.oom_message)
+            self._live[key] = block
+            self._trim()
         weakref.finalize(storage, self._release, key)
 
     def _release(self, key: int) -> None:
-        if self.closed:
-            return
-        block = self._live.pop(key, None)
-        if block is not None:
-            self.alloc.free(block)
+        with self.lock:
+            if self.closed:
+                return
+            block = self._live.pop(key, None)
+            if block is not None:
+                self.alloc.free(block)
+                self._trim()
+
+    def _trim(self) -> None:
+        """Keep at most max_entries trace entries (trimmed in halves, so the cost per event stays constant)."""
+        trace = self.alloc.trace
+        if self.max_entries is not None and len(trace) > 2 * self.max_entries:
+            del trace[:len(trace) - self.max_entries]
 
     def _stack(self) -> int:
         stack = traceback.extract_stack()[:-3]
@@ -129,9 +154,14 @@ class SimulatedDevice:
                 "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
                 "avoid fragmentation. (simulated by fragviz on a CPU)")
 
-    def snapshot(self, provenance: dict[str, Any]) -> dict[str, Any]:
-        self.closed = True
-        return snapshot_dict([self.alloc], tuple(self.stacks.frames), tuple(self.stacks.stacks), provenance)
+    def snapshot(self, provenance: dict[str, Any], close: bool = True, trace: bool = True) -> dict[str, Any]:
+        """The device as a PyTorch snapshot; `close` stops recording (the end of a capture)."""
+        with self.lock:
+            self.closed = self.closed or close
+            data = snapshot_dict([self.alloc], tuple(self.stacks.frames), tuple(self.stacks.stacks), provenance)
+        if not trace:
+            data["device_traces"] = [[] for _ in data["device_traces"]]
+        return data
 
 
 def _oom_error(message: str) -> Exception:
@@ -140,16 +170,15 @@ def _oom_error(message: str) -> Exception:
     return torch.OutOfMemoryError(message)
 
 
-@contextmanager
-def _simulated_capture(path: str, device_memory: int, alloc_conf: str | None,
-                       root_file: str | None) -> Iterator[SimulatedDevice]:
+def mirror_mode(device: SimulatedDevice) -> Any:
+    """A TorchDispatchMode that hands every CPU tensor storage an operator creates to `device`.
+
+    Enter it on the thread that runs the workload (dispatch modes are per thread)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
-    device = SimulatedDevice(device_memory, alloc_conf, root_file)
-
-    class _Tracker(TorchDispatchMode):
+    class _Mirror(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for t in tree_leaves(out):
@@ -157,11 +186,24 @@ def _simulated_capture(path: str, device_memory: int, alloc_conf: str | None,
                     device.track(t.untyped_storage())
             return out
 
-    provenance = {"origin": "simulated", "generator": "fragviz.capture", "device_memory_bytes": device_memory,
-                  "alloc_conf": device.conf, "torch": str(torch.__version__),
-                  "note": "tensor storages of a CPU run, placed by fragviz's allocator model as on a CUDA device"}
+    return _Mirror()
+
+
+def simulated_provenance(device: SimulatedDevice, generator: str) -> dict[str, Any]:
+    import torch
+
+    return {"origin": "simulated", "generator": generator, "device_memory_bytes": device.alloc.capacity,
+            "alloc_conf": device.conf, "torch": str(torch.__version__),
+            "note": "tensor storages of a CPU run, placed by fragviz's allocator model as on a CUDA device"}
+
+
+@contextmanager
+def _simulated_capture(path: str, device_memory: int, alloc_conf: str | None,
+                       root_file: str | None) -> Iterator[SimulatedDevice]:
+    device = SimulatedDevice(device_memory, alloc_conf, root_file)
+    provenance = simulated_provenance(device, "fragviz.capture")
     try:
-        with _Tracker():
+        with mirror_mode(device):
             yield device
     finally:
         if device.oom_message:

@@ -2,7 +2,6 @@
 and free-run what-ifs (the same workload under other settings or on another device size)."""
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
@@ -12,18 +11,7 @@ from fragviz.allocator.state import snapshot_dict
 from fragviz.analysis import Analysis
 from fragviz.errors import UsageError
 from fragviz.model import OOM
-
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
-
-
-def parse_size(text: str) -> int:
-    """'80GiB', '80 GB', '81920MiB', '8589934592' -> bytes."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
-    unit = m.group(2).lower() if m else ""
-    if not m or unit not in _UNITS:
-        raise UsageError(f"'{text}' is not a size: use a number with B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)")
-    return int(float(m.group(1)) * _UNITS[unit])
+from fragviz.units import parse_size  # noqa: F401  (the CLI and the what-if page read sizes through here)
 
 
 def follow(analysis: Analysis) -> dict[str, Any]:

@@ -1,6 +1,10 @@
 """Human-readable byte sizes, the way PyTorch prints them."""
 from __future__ import annotations
 
+import re
+
+from fragviz.errors import UsageError
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -28,3 +32,26 @@ def torch_format_size(n: int) -> str:
     if n <= GiB:
         return f"{n / MiB:.2f} MiB"
     return f"{n / GiB:.2f} GiB"
+
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+_SECONDS = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_size(text: str) -> int:
+    """'80GiB', '80 GB', '81920MiB', '8589934592' -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _UNITS:
+        raise UsageError(f"'{text[:80]}' is not a size: use a number with B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def parse_duration(text: str) -> float:
+    """'1s', '500ms', '2m', '1h', '0.5' (seconds) -> seconds, > 0."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _SECONDS or float(m.group(1)) <= 0:
+        raise UsageError(f"'{text[:80]}' is not a duration: use a positive number with ms, s, m or h (e.g. 1s, 500ms)")
+    return float(m.group(1)) * _SECONDS[unit]

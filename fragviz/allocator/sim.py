@@ -429,6 +429,14 @@ class DeviceAllocator:
     def free_bytes(self) -> int:
         return sum(k[1] for pool in self._all_pools() for k in pool.keys)
 
+    def inactive_split_bytes(self) -> int:
+        """Free bytes in blocks that share their segment with others: what memory_stats calls inactive_split."""
+        return sum(b.size for pool in self._all_pools() for b in pool.by_key.values() if b.is_split)
+
+    def pending_bytes(self) -> int:
+        """Bytes in blocks freed by the program but waiting on other streams (active_pending_free)."""
+        return sum(b.size for b in self.active.values() if b.pending)
+
     def _all_pools(self) -> list[BlockPool]:
         pools = [self.large, self.small]
         for pair in self.private.values():

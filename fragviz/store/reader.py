@@ -20,6 +20,7 @@ from fragviz.model import Block, BlockState, Frame, FormatInfo, Segment, Snapsho
 from fragviz.replay import DeviceReplay, checkpoint_before, restore_layout
 from fragviz.replay.layout import default_sizer
 from fragviz.replay.state import layout_segments
+from fragviz.store.live import LiveReader
 from fragviz.store.schema import CHUNK_EVENTS, connect
 from fragviz.store.writer import TRACE_COLUMNS
 
@@ -43,6 +44,7 @@ class StoreReader:
         self.path = path
         self._local = threading.local()
         self._conn()  # fail early on a missing or foreign file
+        self.live = LiveReader(self._conn)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)

@@ -14,6 +14,17 @@ Version 1 tables:
   series_lod                        the same summarised as min/max per bucket of 16, 64, 256... events
   checkpoints                       the replayed state after every CHUNK_EVENTS events, columnar blobs
 Everything a snapshot owns references snapshots(id) ON DELETE CASCADE, so deleting a row removes it whole.
+
+Version 2 adds live recording (fragviz attach, the dashboard's live page):
+  live_attachments                  one row per watched agent (target, first pid, simulated, rank), with
+                                    when it started, was last heard from, and ended
+  live_samples                      one row per poll and device: the agent's /v1/stats figures; `gap` is 1 on
+                                    the first sample after the agent could not be reached
+  live_events                       what happened: disconnected, reconnected, restarted (a new pid), oom,
+                                    snapshot (with the id of the snapshot taken into the library)
+  live_state                        the latest segments per attachment and device (compact JSON), for live pages
+MIGRATIONS[v] takes a store from version v to v + 1 in one transaction; a store is migrated when opened
+for writing (or, for reading, when its file is writable).
 """
 from __future__ import annotations
 
@@ -23,7 +34,7 @@ import sqlite3
 from fragviz.errors import StoreError
 from fragviz.replay.engine import CHECKPOINT_EVERY
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CHUNK_EVENTS = CHECKPOINT_EVERY
 
 DDL = """
@@ -99,6 +110,44 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 """
 
+LIVE_DDL = """
+CREATE TABLE IF NOT EXISTS live_attachments (
+    id INTEGER PRIMARY KEY,
+    target TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    pid INTEGER,
+    simulated INTEGER,
+    rank INTEGER,
+    started_at REAL NOT NULL,
+    last_seen REAL,
+    ended_at REAL
+);
+CREATE TABLE IF NOT EXISTS live_samples (
+    id INTEGER PRIMARY KEY,
+    attachment_id INTEGER NOT NULL REFERENCES live_attachments(id) ON DELETE CASCADE,
+    t REAL NOT NULL, device INTEGER NOT NULL, pid INTEGER NOT NULL, gap INTEGER NOT NULL,
+    allocated INTEGER NOT NULL, requested INTEGER NOT NULL, reserved INTEGER NOT NULL, active INTEGER NOT NULL,
+    inactive_split INTEGER NOT NULL, alloc_retries INTEGER NOT NULL, ooms INTEGER NOT NULL,
+    device_total INTEGER, device_free INTEGER, nvml_used INTEGER,
+    largest_free INTEGER NOT NULL, fragmentation REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS live_samples_by_attachment ON live_samples (attachment_id, id);
+CREATE TABLE IF NOT EXISTS live_events (
+    id INTEGER PRIMARY KEY,
+    attachment_id INTEGER NOT NULL REFERENCES live_attachments(id) ON DELETE CASCADE,
+    t REAL NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL,
+    snapshot_id INTEGER REFERENCES snapshots(id) ON DELETE SET NULL
+);
+CREATE INDEX IF NOT EXISTS live_events_by_attachment ON live_events (attachment_id, id);
+CREATE TABLE IF NOT EXISTS live_state (
+    attachment_id INTEGER NOT NULL REFERENCES live_attachments(id) ON DELETE CASCADE,
+    device INTEGER NOT NULL, t REAL NOT NULL, segments TEXT NOT NULL,
+    PRIMARY KEY (attachment_id, device)
+);
+"""
+
+MIGRATIONS = {1: LIVE_DDL}  # from version 1 to 2
+
 
 def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
     """Open the store at `path`, creating it (and its schema) unless `readonly`."""
@@ -107,6 +156,10 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
             if not os.path.exists(path):
                 raise StoreError(f"{path}: no such store (ingest a snapshot into it first)")
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            if _older(conn, path) and os.access(path, os.W_OK):
+                conn.close()
+                connect(path).close()  # an older store is migrated before it is read
+                conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         else:
             parent = os.path.dirname(os.path.abspath(path))
             os.makedirs(parent, exist_ok=True)
@@ -127,13 +180,30 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
 def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
     have = _version(conn, path)
     if have is None:
-        conn.executescript("BEGIN IMMEDIATE;" + DDL + "COMMIT;")
+        conn.executescript("BEGIN IMMEDIATE;" + DDL + LIVE_DDL + "COMMIT;")
         from fragviz import __version__
 
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('created_by', ?)", (f"fragviz {__version__}",))
-    elif have != SCHEMA_VERSION:
-        raise StoreError(f"{path}: store schema version {have}, this fragviz reads version {SCHEMA_VERSION}")
+    elif have < SCHEMA_VERSION:
+        migrate(conn, path, have)
+    elif have > SCHEMA_VERSION:
+        raise StoreError(f"{path}: store schema version {have} is newer than this fragviz (version "
+                         f"{SCHEMA_VERSION}): upgrade fragviz")
+
+
+def migrate(conn: sqlite3.Connection, path: str, have: int) -> None:
+    """Bring a store from version `have` to SCHEMA_VERSION, one transaction per step."""
+    for version in range(have, SCHEMA_VERSION):
+        if version not in MIGRATIONS:
+            raise StoreError(f"{path}: no migration from store schema version {version}")
+        conn.executescript("BEGIN IMMEDIATE;" + MIGRATIONS[version]
+                           + f"UPDATE meta SET value = '{version + 1}' WHERE key = 'schema_version';COMMIT;")
+
+
+def _older(conn: sqlite3.Connection, path: str) -> bool:
+    have = _version(conn, path)
+    return have is not None and have < SCHEMA_VERSION
 
 
 def check_version(conn: sqlite3.Connection, path: str) -> None:

@@ -1,0 +1,15 @@
+"""Live attach: an agent inside a running job serves its allocator over HTTP; a poller records it.
+
+`fragviz.live.start_agent(...)` is the agent (agent.py: standard library, lazy torch and fragviz's core
+only); poller.py records agents into the store; protocol.py is what both sides agree on.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def start_agent(*args: Any, **kwargs: Any):
+    """See fragviz.live.agent.start_agent."""
+    from fragviz.live.agent import start_agent as _start
+
+    return _start(*args, **kwargs)

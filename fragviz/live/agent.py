@@ -1,0 +1,238 @@
+"""The live agent: a small HTTP server inside a training job that serves its allocator's figures.
+
+    agent = fragviz.live.start_agent(port=9400)    # first thing in train.py, or `fragviz run -- python train.py`
+    ...
+    agent.stop()
+
+It runs in daemon threads and never disturbs the job: every request is served on its own thread with a
+socket timeout, at most MAX_CONCURRENT at once (503 beyond), and its errors are counted, never raised into
+the job. Standard library, fragviz.live.protocol, lazy torch and fragviz's core only (see sources.py).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from fragviz.errors import AgentError
+from fragviz.live import protocol
+from fragviz.live.sources import CudaSource, SimulatedSource, Source, rank_env
+
+MAX_CONCURRENT = 8
+REQUEST_TIMEOUT = 10.0  # seconds a client may take to send its request or read the answer
+DEFAULT_DEVICE_MEMORY = 16 * 1024**3
+
+
+class Agent:
+    """A running agent: `.port`, `.url`, `.stats()`, `.stop()`."""
+
+    def __init__(self, source: Source, host: str, port: int, token: str | None) -> None:
+        self.source = source
+        self.token = token
+        self.host = host
+        self.ranks = rank_env()
+        self.polls = 0
+        self.errors = 0
+        self.cpu_seconds = 0.0
+        self.oom_fetched = threading.Event()
+        self._counter_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(MAX_CONCURRENT)
+        self._server = _server_for(host, port)
+        self._server.agent = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="fragviz-agent", daemon=True)
+        self._stopped = False
+
+    def start(self) -> "Agent":
+        self._thread.start()
+        return self
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return protocol.target_url(self.host, self.port)
+
+    def stats(self) -> dict[str, Any]:
+        """The `/v1/stats` object."""
+        devices = self.source.device_stats()
+        with self._counter_lock:
+            self.polls += 1
+            agent = {"polls": self.polls, "cpu_seconds": round(self.cpu_seconds, 6), "errors": self.errors}
+        return {"time": time.time(), "pid": os.getpid(), "simulated": self.source.simulated, **self.ranks,
+                "devices": devices, "agent": agent}
+
+    def count(self, cpu: float, failed: bool) -> None:
+        with self._counter_lock:
+            self.cpu_seconds += cpu
+            self.errors += int(failed)
+
+    def stop(self, linger: float = 0.0) -> None:
+        """Stop serving. With `linger`, first wait up to that many seconds for an OOM snapshot nobody has
+        fetched yet to be fetched (a poller comes for it within its interval), so a dying job's failure
+        state is not lost."""
+        if self._stopped:
+            return
+        if linger > 0 and self.source.oom_snapshot() is not None:
+            self.oom_fetched.wait(linger)
+        self._stopped = True
+        self._server.shutdown()
+        self._server.server_close()
+        self.source.close()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 64
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def _server_for(host: str, port: int) -> _Server:
+    cls = _Server6 if ":" in host else _Server
+    try:
+        return cls((host, port), _Handler)
+    except OSError as exc:
+        raise AgentError(f"the live agent cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "fragviz-agent"
+    protocol_version = "HTTP/1.0"
+    timeout = REQUEST_TIMEOUT
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the job's stderr is not ours)
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
+        agent: Agent = self.server.agent  # type: ignore[attr-defined]
+        if not agent._slots.acquire(blocking=False):
+            self._send_json(503, {"error": "the agent is busy: try again"}, {"Retry-After": "1"})
+            return
+        started, failed = time.thread_time(), False
+        try:
+            self._route(agent)
+        except (BrokenPipeError, ConnectionError, socket.timeout):
+            failed = True  # the client went away: nothing to answer
+        except Exception as exc:  # never into the job: counted, answered, forgotten
+            failed = True
+            self._try_send_json(500, {"error": f"the agent failed to answer ({type(exc).__name__}: {exc})"[:300]})
+        finally:
+            agent.count(time.thread_time() - started, failed)
+            agent._slots.release()
+
+    def _route(self, agent: Agent) -> None:
+        denied = self._denied(agent)
+        if denied:
+            return
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        if url.path == protocol.PATH_STATS:
+            self._send_json(200, agent.stats())
+        elif url.path == protocol.PATH_METRICS:
+            self._send(200, protocol.render_metrics(agent.stats()).encode(), protocol.PROMETHEUS_CONTENT_TYPE)
+        elif url.path == protocol.PATH_SNAPSHOT:
+            trace = query.get("trace", ["1"])[-1] not in ("0", "false", "no")
+            self._send(200, agent.source.snapshot(trace), "application/octet-stream")
+        elif url.path == protocol.PATH_OOM:
+            blob = agent.source.oom_snapshot()
+            if blob is None:
+                self._send_json(404, {"error": "no out-of-memory error has happened in this job yet"})
+            else:
+                self._send(200, blob, "application/octet-stream")
+                agent.oom_fetched.set()
+        elif url.path == protocol.PATH_STATE:
+            self._send_json(200, {"time": time.time(), "pid": os.getpid(), "segments": agent.source.state()})
+        else:
+            self._send_json(404, {"error": f"no such endpoint: {url.path[:80]}",
+                                  "endpoints": [protocol.PATH_STATS, protocol.PATH_SNAPSHOT, protocol.PATH_OOM,
+                                                protocol.PATH_STATE, protocol.PATH_METRICS]})
+
+    def _denied(self, agent: Agent) -> bool:
+        if protocol.is_loopback(agent.host) and not _loopback_host_header(self.headers.get("Host")):
+            # a web page's script reaching a loopback agent under a foreign name (DNS rebinding)
+            self._send_json(403, {"error": "the Host header must name this machine (localhost or 127.0.0.1)"})
+            return True
+        if agent.token is not None and not protocol.tokens_match(
+                protocol.bearer_token(self.headers.get("Authorization")), agent.token):
+            self._send_json(401, {"error": "missing or wrong token (send Authorization: Bearer TOKEN)"},
+                            {"WWW-Authenticate": 'Bearer realm="fragviz-agent"'})
+            return True
+        return False
+
+    def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(body).encode(), "application/json", headers)
+
+    def _try_send_json(self, status: int, body: Any) -> None:
+        try:
+            self._send_json(status, body)
+        except Exception:
+            pass
+
+    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _loopback_host_header(value: str | None) -> bool:
+    if not value:
+        return True  # HTTP/1.0 clients may send none
+    if value.startswith("["):
+        host = value[1:value.find("]")] if "]" in value else value
+    else:
+        host = value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+    return protocol.is_loopback(host)
+
+
+def start_agent(port: int = 0, host: str = "127.0.0.1", token: str | None = None, record_history: bool = True,
+                max_entries: int = 100_000, *, simulate: bool | None = None, device_memory: int | None = None,
+                alloc_conf: str | None = None, root_file: str | None = None, linger: float = 10.0) -> Agent:
+    """Start serving this process's allocator on `host:port` (port 0: any free port; see `.port`).
+
+    Without CUDA (or with `simulate=True`) the tensors this thread creates on the CPU from now on are
+    mirrored into fragviz's allocator model as on a CUDA device of `device_memory` bytes (16 GiB by
+    default), which raises PyTorch's OOM error where that device would run out. Binding to anything but
+    loopback needs a `token`. At exit the agent waits up to `linger` seconds for an unfetched OOM snapshot.
+    """
+    if not protocol.is_loopback(host) and not token:
+        raise AgentError(f"refusing to serve the live agent on {host} without a token: other machines could "
+                         "read this job's memory (pass token=..., or --token / FRAGVIZ_TOKEN)")
+    source = _source(simulate, record_history, max_entries, device_memory, alloc_conf, root_file)
+    try:
+        agent = Agent(source, host, port, token).start()
+    except BaseException:
+        source.close()
+        raise
+    if isinstance(source, SimulatedSource):
+        source.install()
+    atexit.register(agent.stop, linger)
+    return agent
+
+
+def _source(simulate: bool | None, record_history: bool, max_entries: int, device_memory: int | None,
+            alloc_conf: str | None, root_file: str | None) -> Source:
+    import torch
+
+    if simulate is None:
+        simulate = not torch.cuda.is_available()
+    if simulate:
+        return SimulatedSource(device_memory or DEFAULT_DEVICE_MEMORY, alloc_conf, record_history, max_entries,
+                               root_file)
+    return CudaSource(record_history, max_entries)

@@ -1,0 +1,281 @@
+"""The poller: records running jobs' live agents into the store.
+
+Each target (one per rank) gets a thread that polls `/v1/stats` every interval and writes a sample per
+device; takes a full snapshot (with its trace) into the library every `snapshot_every` seconds; fetches
+the OOM snapshot as soon as an agent counts a new OOM; keeps the latest segments for live pages. When an
+agent cannot be reached it marks the gap, retries with backoff and carries on when the agent (or a
+restarted job, with a new pid) answers again. A refused token stops that target: retrying cannot help.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable
+
+from fragviz.errors import AgentError, UsageError
+from fragviz.ingest import ingest_bytes
+from fragviz.live import protocol
+from fragviz.store.live import LiveRecorder
+from fragviz.store.schema import connect
+
+BACKOFF_MAX = 5.0
+STATS_TIMEOUT = 5.0
+SNAPSHOT_TIMEOUT = 120.0
+Log = Callable[[str], None]
+
+
+class AgentClient:
+    """HTTP to one agent, with its token in an Authorization header."""
+
+    def __init__(self, target: str, token: str | None) -> None:
+        try:
+            host, port = protocol.parse_target(target)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        self.target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.base = protocol.target_url(host, port)
+        self.token = token
+
+    def get(self, path: str, timeout: float = STATS_TIMEOUT) -> bytes:
+        """The body of a 200 answer. AgentError for a refused token; OSError when unreachable; None-free."""
+        req = urllib.request.Request(self.base + path)
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                raise AgentError(f"{self.target}: the agent refused us ({exc.code}: "
+                                 f"{'wrong or missing token' if exc.code == 401 else 'forbidden'})") from None
+            raise OSError(f"HTTP {exc.code}") from None
+
+    def stats(self) -> dict[str, Any]:
+        data = json.loads(self.get(protocol.PATH_STATS))
+        if not isinstance(data, dict) or "devices" not in data or "pid" not in data:
+            raise OSError("not a fragviz agent (no stats object at /v1/stats)")
+        return data
+
+    def oom_snapshot(self) -> bytes | None:
+        try:
+            return self.get(protocol.PATH_OOM, SNAPSHOT_TIMEOUT)
+        except OSError as exc:
+            if "HTTP 404" in str(exc):
+                return None
+            raise
+
+    def check(self) -> dict[str, Any]:
+        """One stats request, with what went wrong as one AgentError line."""
+        try:
+            return self.stats()
+        except (OSError, ValueError) as exc:
+            raise AgentError(f"{self.target}: no fragviz agent answers there ({_reason(exc)})") from None
+
+
+def _reason(exc: BaseException) -> str:
+    inner = getattr(exc, "reason", None)
+    return str(inner if inner is not None else exc)[:200]
+
+
+@dataclass
+class PollerStatus:
+    polls: int = 0
+    snapshots: list[int] = field(default_factory=list)
+    ooms: list[int] = field(default_factory=list)
+    gaps: int = 0
+    error: str | None = None
+
+
+class TargetPoller:
+    """Polls one agent into one attachment of the store, until `stop` is set or the deadline passes."""
+
+    def __init__(self, db_path: str, client: AgentClient, interval: float, snapshot_every: float | None,
+                 state_every: float | None = None, owner: str = "cli", log: Log | None = None) -> None:
+        self.db_path = db_path
+        self.client = client
+        self.interval = interval
+        self.snapshot_every = snapshot_every
+        self.state_every = state_every if state_every is not None else max(2.0, 2 * interval)
+        self.owner = owner
+        self.log = log or (lambda _: None)
+        self.stop = threading.Event()
+        self.status = PollerStatus()
+        self.conn = connect(db_path)
+        self.recorder = LiveRecorder(self.conn)
+        self.attachment_id = self.recorder.open_attachment(client.target, owner)
+        self._pid: int | None = None
+        self._ooms: dict[int, int] = {}
+        self._down_since: float | None = None
+        self._next_snapshot = time.monotonic() + snapshot_every if snapshot_every else None
+        self._next_state = 0.0
+        self._thread: threading.Thread | None = None
+        self._waiting_logged = False
+
+    def start(self) -> "TargetPoller":
+        self._thread = threading.Thread(target=self.run, name=f"fragviz-poll-{self.client.target}", daemon=True)
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self, deadline: float | None = None) -> PollerStatus:
+        backoff = self.interval
+        try:
+            while not self.stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                started = time.monotonic()
+                if self.poll_once():
+                    backoff = self.interval
+                    wait = self.interval - (time.monotonic() - started)
+                else:
+                    wait, backoff = backoff, min(BACKOFF_MAX, backoff * 2)
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                self.stop.wait(max(0.0, wait))
+        except AgentError as exc:
+            self.status.error = str(exc)
+            self.recorder.event(self.attachment_id, "refused", str(exc))
+            self.log(f"fragviz: {exc}")
+        finally:
+            self.recorder.end(self.attachment_id)
+            self.conn.close()
+        return self.status
+
+    def poll_once(self) -> bool:
+        """One poll: True when the agent answered."""
+        try:
+            stats = self.client.stats()
+        except (OSError, ValueError) as exc:
+            self._went_away(exc)
+            return False
+        gap = self._came_back(stats)
+        self.recorder.record(self.attachment_id, stats, gap)
+        self.status.polls += 1
+        try:
+            self._follow_ups(stats)
+        except (OSError, ValueError) as exc:
+            self._went_away(exc)
+            return False
+        return True
+
+    def _went_away(self, exc: BaseException) -> None:
+        if self._pid is None:  # never reached yet: the job may still be starting, nothing is missing
+            if self.status.polls == 0 and not self._waiting_logged:
+                self._waiting_logged = True
+                self.log(f"fragviz: {self.client.target}: no agent answers yet ({_reason(exc)}); waiting for it")
+            return
+        if self._down_since is None:
+            self._down_since = time.time()
+            self.status.gaps += 1
+            self.recorder.event(self.attachment_id, "disconnected", _reason(exc), t=self._down_since)
+            self.log(f"fragviz: {self.client.target}: the agent went away ({_reason(exc)}); retrying")
+
+    def _came_back(self, stats: dict[str, Any]) -> bool:
+        gap = self._down_since is not None
+        if gap:
+            self._down_since = None
+            self.recorder.event(self.attachment_id, "reconnected", f"pid {stats['pid']}", t=stats["time"])
+            self.log(f"fragviz: {self.client.target}: the agent is back (pid {stats['pid']})")
+        if self._pid is not None and stats["pid"] != self._pid:
+            self.recorder.event(self.attachment_id, "restarted", f"pid {self._pid} -> {stats['pid']}", t=stats["time"])
+            self._ooms = {}
+            gap = True
+        elif self._pid is None:
+            self.log(f"fragviz: {self.client.target}: recording pid {stats['pid']}"
+                     + (" (a simulated device)" if stats.get("simulated") else ""))
+        self._pid = stats["pid"]
+        return gap
+
+    def _follow_ups(self, stats: dict[str, Any]) -> None:
+        ooms = {d["device"]: int(d.get("num_ooms") or 0) for d in stats["devices"]}
+        if any(n > self._ooms.get(dev, 0) for dev, n in ooms.items()):
+            self._take_oom(stats)
+        self._ooms = ooms
+        now = time.monotonic()
+        if self._next_snapshot is not None and now >= self._next_snapshot:
+            self._next_snapshot = now + (self.snapshot_every or 0)
+            self.take_snapshot(self.conn, "snapshot")
+        if now >= self._next_state:
+            self._next_state = now + self.state_every
+            state = json.loads(self.client.get(protocol.PATH_STATE))
+            self.recorder.state(self.attachment_id, state["time"], state["segments"])
+
+    def _take_oom(self, stats: dict[str, Any]) -> None:
+        blob = self.client.oom_snapshot()
+        if blob is None:
+            return
+        sid = self._ingest(self.recorder, blob, "oom", stats["pid"])
+        if sid is not None:
+            self.status.ooms.append(sid)
+            detail = json.dumps({d["device"]: d.get("num_ooms") for d in stats["devices"]})
+            self.recorder.event(self.attachment_id, "oom", detail, sid, t=stats["time"])
+            self.log(f"fragviz: {self.client.target}: out of memory; the state at the failure is snapshot {sid}")
+
+    def take_snapshot(self, conn: sqlite3.Connection, kind: str = "snapshot") -> int | None:
+        """Fetch the current snapshot with its trace into the library: its id (None if it could not be read)."""
+        blob = self.client.get(protocol.PATH_SNAPSHOT + "?trace=1", SNAPSHOT_TIMEOUT)
+        recorder = self.recorder if conn is self.conn else LiveRecorder(conn)
+        sid = self._ingest(recorder, blob, kind, self._pid)
+        if sid is not None:
+            self.status.snapshots.append(sid)
+            recorder.event(self.attachment_id, kind, "", sid)
+            self.log(f"fragviz: {self.client.target}: snapshot {sid} taken")
+        return sid
+
+    def _ingest(self, recorder: LiveRecorder, blob: bytes, kind: str, pid: int | None) -> int | None:
+        when = datetime.now().isoformat(timespec="seconds")
+        name = f"live {self.client.target} pid {pid} {kind} {when}"
+        result = ingest_bytes(recorder.conn, blob, name)
+        if result.status == "error":
+            recorder.event(self.attachment_id, "error", result.error or "")
+            self.log(f"fragviz: {result.error}")
+            return None
+        return result.id
+
+
+def attach_command(db_path: str, targets: list[str], token: str | None, interval: float,
+                   snapshot_every: float | None, duration: float | None, log: Log | None = None) -> int:
+    """`fragviz attach`: poll every target until Ctrl-C (or SIGTERM) or `duration`; 0, or 2 if one was refused."""
+    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    clients = [AgentClient(t, token) for t in targets]
+    pollers = [TargetPoller(db_path, c, interval, snapshot_every, owner="cli", log=log) for c in clients]
+    deadline = None if duration is None else time.monotonic() + duration
+    threads = [threading.Thread(target=p.run, args=(deadline,), name=f"fragviz-poll-{p.client.target}", daemon=True)
+               for p in pollers]
+    log(f"fragviz: attached to {', '.join(c.target for c in clients)}; recording into {db_path} "
+        f"(attachment {', '.join(str(p.attachment_id) for p in pollers)}); Ctrl-C to stop")
+    previous = signal.signal(signal.SIGTERM, lambda *_: _stop_all(pollers)) \
+        if threading.current_thread() is threading.main_thread() else None
+    for t in threads:
+        t.start()
+    try:
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(0.2)
+    except KeyboardInterrupt:
+        _stop_all(pollers)
+        for t in threads:
+            t.join()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    for p in pollers:
+        s = p.status
+        log(f"fragviz: {p.client.target}: {s.polls} polls, {len(s.snapshots)} snapshots, {len(s.ooms)} OOM "
+            f"snapshots{' (' + ', '.join(map(str, s.ooms)) + ')' if s.ooms else ''}, {s.gaps} gaps"
+            + (f"; stopped: {s.error}" if s.error else ""))
+    return 2 if any(p.status.error for p in pollers) else 0
+
+
+def _stop_all(pollers: list[TargetPoller]) -> None:
+    for p in pollers:
+        p.stop.set()

@@ -1,0 +1,125 @@
+"""What the live agent and its clients agree on: paths, the stats object, Prometheus names, tokens, targets.
+
+Standard library only: the agent runs inside someone's training job, and the poller and dashboard read the
+same definitions.
+
+    GET /v1/stats                 one JSON object (STATS_DEVICE_KEYS per device; see `stats_object`)
+    GET /v1/snapshot?trace=0|1    the current snapshot in PyTorch's own format (a protocol-4 pickle)
+    GET /v1/oom                   the snapshot captured at the last OOM; 404 before any OOM
+    GET /v1/state                 the current segments and blocks as compact JSON (no frames), for live pages
+    GET /metrics                  the stats in the Prometheus text exposition format (version 0.0.4)
+"""
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import math
+import re
+from typing import Any
+
+PATH_STATS = "/v1/stats"
+PATH_SNAPSHOT = "/v1/snapshot"
+PATH_OOM = "/v1/oom"
+PATH_STATE = "/v1/state"
+PATH_METRICS = "/metrics"
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DEFAULT_RUN_PORT = 9400
+
+STATS_DEVICE_KEYS = ("device", "allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes",
+                     "inactive_split_bytes", "num_alloc_retries", "num_ooms", "device_total_bytes",
+                     "device_free_bytes", "nvml_used_bytes", "largest_free_block", "fragmentation", "processes")
+
+# (stats key, metric name, type, help). Counters end in _total, as the exposition format asks.
+DEVICE_METRICS = (
+    ("allocated_bytes", "fragviz_allocated_bytes", "gauge", "Bytes in blocks allocated to tensors"),
+    ("reserved_bytes", "fragviz_reserved_bytes", "gauge", "Bytes reserved from the driver by PyTorch's caching allocator"),
+    ("active_bytes", "fragviz_active_bytes", "gauge", "Bytes in active blocks (allocated or waiting to be freed)"),
+    ("requested_bytes", "fragviz_requested_bytes", "gauge", "Bytes the program asked for (before rounding)"),
+    ("inactive_split_bytes", "fragviz_inactive_split_bytes", "gauge",
+     "Cached free bytes in split blocks: memory that fragmentation keeps from being released"),
+    ("num_alloc_retries", "fragviz_alloc_retries_total", "counter",
+     "Device allocations retried after freeing the cache"),
+    ("num_ooms", "fragviz_ooms_total", "counter", "Out-of-memory errors raised by the allocator"),
+    ("device_total_bytes", "fragviz_device_total_bytes", "gauge", "Memory of the device"),
+    ("device_free_bytes", "fragviz_device_free_bytes", "gauge", "Memory of the device not in use by anyone"),
+    ("nvml_used_bytes", "fragviz_nvml_used_bytes", "gauge",
+     "Device memory in use as NVML sees it (all processes, CUDA contexts included)"),
+    ("largest_free_block", "fragviz_largest_free_block_bytes", "gauge", "Largest cached free block"),
+    ("fragmentation", "fragviz_fragmentation_ratio", "gauge",
+     "1 - largest free block / cached free bytes (0: one gap, near 1: dust)"),
+)
+AGENT_METRICS = (
+    ("polls", "fragviz_agent_polls_total", "counter", "Statistics collections served by the agent"),
+    ("cpu_seconds", "fragviz_agent_cpu_seconds_total", "counter", "CPU time spent by the agent's threads"),
+    ("errors", "fragviz_agent_errors_total", "counter", "Requests the agent failed to serve"),
+)
+
+
+def render_metrics(stats: dict[str, Any]) -> str:
+    """The stats object as Prometheus text: HELP and TYPE lines, a sample per device labelled device and rank."""
+    rank = stats.get("rank")
+    rank_label = str(rank if rank is not None else 0)  # a job outside a distributed launch is rank 0
+    lines = ["# HELP fragviz_simulated 1 when the device is fragviz's simulation of a CUDA device (a CPU run)",
+             "# TYPE fragviz_simulated gauge",
+             f'fragviz_simulated{{rank="{rank_label}"}} {int(bool(stats.get("simulated")))}']
+    for key, name, kind, help_text in DEVICE_METRICS:
+        samples = [(d["device"], d.get(key)) for d in stats["devices"] if d.get(key) is not None]
+        if not samples:
+            continue
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        lines += [f'{name}{{device="{dev}",rank="{rank_label}"}} {_number(v)}' for dev, v in samples]
+    for key, name, kind, help_text in AGENT_METRICS:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
+                  f'{name}{{rank="{rank_label}"}} {_number(stats["agent"].get(key, 0))}']
+    return "\n".join(lines) + "\n"
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("NaN" if math.isnan(value) else
+                                                         ("+Inf" if value > 0 else "-Inf"))
+    return str(int(value))
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header (RFC 6750: the scheme is case-insensitive)."""
+    if not header:
+        return None
+    m = re.fullmatch(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9\-._~+/]+=*) *", header)
+    return m.group(1) if m else None
+
+
+def tokens_match(given: str | None, expected: str) -> bool:
+    """Constant-time comparison: how long it takes says nothing about how much of the token was right."""
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def is_loopback(host: str) -> bool:
+    """True only for addresses no other machine can reach: 127.0.0.0/8, ::1 and the name `localhost`."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_target(text: str) -> tuple[str, int]:
+    """'HOST:PORT', '[::1]:PORT' or 'http://HOST:PORT' -> (host, port)."""
+    raw = text.strip()
+    body = raw.split("://", 1)[1] if "://" in raw else raw
+    body = body.rstrip("/")
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([A-Za-z0-9.\-]+):(\d{1,5})", body)
+    if not m:
+        raise ValueError(f"'{raw[:80]}' is not HOST:PORT (for example 127.0.0.1:9400)")
+    host, port = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"'{raw[:80]}': port {port} is out of range")
+    return host, int(port)
+
+
+def target_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+

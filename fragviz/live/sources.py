@@ -1,0 +1,198 @@
+"""Where the live agent's figures come from: PyTorch's CUDA caching allocator, or fragviz's simulated device.
+
+A source answers four questions, each cheaply and from any thread: the statistics of every device in use,
+the snapshot now (PyTorch's own format), the snapshot taken at the last OOM, and the segments now (for
+live segment maps). torch is imported lazily; nothing here imports the store or the UI.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+from typing import Any, Protocol
+
+from fragviz.metrics import fragmentation
+from fragviz.live.nvml import Nvml
+
+
+class Source(Protocol):
+    simulated: bool
+
+    def device_stats(self) -> list[dict[str, Any]]: ...
+    def snapshot(self, trace: bool) -> bytes: ...
+    def oom_snapshot(self) -> bytes | None: ...
+    def state(self) -> list[dict[str, Any]]: ...
+    def close(self) -> None: ...
+
+
+def _dumps(data: Any) -> bytes:
+    return pickle.dumps(data, protocol=4)  # what PyTorch's own viewer and fragviz's loader read
+
+
+def compact_segment(seg: dict[str, Any]) -> dict[str, Any]:
+    """A PyTorch snapshot segment without frames: blocks as [address, size, requested_size, state]."""
+    pool_id = seg.get("segment_pool_id")
+    return {"device": seg.get("device", 0), "address": seg["address"], "total_size": seg["total_size"],
+            "stream": seg.get("stream", 0), "pool": seg.get("segment_type", "large"),
+            "pool_id": list(pool_id) if pool_id is not None else None,
+            "is_expandable": bool(seg.get("is_expandable", False)),
+            "blocks": [[b["address"], b["size"], b.get("requested_size", 0), b["state"]]
+                       for b in seg.get("blocks", ())]}
+
+
+def gap_figures(segments: list[dict[str, Any]]) -> tuple[int, int]:
+    """(cached free bytes, largest free block) of compact or PyTorch-format segments."""
+    free = largest = 0
+    for seg in segments:
+        for b in seg.get("blocks", ()):
+            size, state = (b[1], b[3]) if isinstance(b, list) else (b["size"], b["state"])
+            if state == "inactive":
+                free += size
+                largest = max(largest, size)
+    return free, largest
+
+
+class SimulatedSource:
+    """The job's CPU tensor storages mirrored into fragviz's allocator model, as on a CUDA device."""
+
+    simulated = True
+
+    def __init__(self, device_memory: int, alloc_conf: str | None, record_history: bool, max_entries: int,
+                 root_file: str | None = None) -> None:
+        from fragviz.recorder import SimulatedDevice, mirror_mode
+
+        self._oom: bytes | None = None
+        self.device = SimulatedDevice(device_memory, alloc_conf, root_file, record=record_history,
+                                      max_entries=max_entries, on_oom=self._on_oom)
+        self.mode = mirror_mode(self.device)
+        self._installed_on: int | None = None
+
+    def install(self) -> None:
+        """Start mirroring the calling thread's tensors (the thread that runs the workload)."""
+        self.mode.__enter__()
+        self._installed_on = threading.get_ident()
+
+    def _on_oom(self, message: str) -> None:
+        self._oom = _dumps(self.device.snapshot(self._provenance(message), close=False))
+
+    def _provenance(self, oom_message: str | None = None) -> dict[str, Any]:
+        from fragviz.recorder import simulated_provenance
+
+        out = simulated_provenance(self.device, "fragviz.live")
+        if oom_message:
+            out["oom_message"] = oom_message
+        return out
+
+    def device_stats(self) -> list[dict[str, Any]]:
+        with self.device.lock:
+            a = self.device.alloc
+            free, largest = a.free_bytes(), a.largest_free_block()
+            stats = {"device": a.device, "allocated_bytes": a.active_bytes - a.pending_bytes(),
+                     "reserved_bytes": a.reserved, "active_bytes": a.active_bytes, "requested_bytes": a.requested,
+                     "inactive_split_bytes": a.inactive_split_bytes(), "num_alloc_retries": a.num_alloc_retries,
+                     "num_ooms": a.num_ooms, "device_total_bytes": a.capacity, "device_free_bytes": a.device_free(),
+                     "nvml_used_bytes": None, "largest_free_block": largest,
+                     "fragmentation": fragmentation(free, largest), "processes": []}
+        return [stats]
+
+    def snapshot(self, trace: bool) -> bytes:
+        return _dumps(self.device.snapshot(self._provenance(), close=False, trace=trace))
+
+    def oom_snapshot(self) -> bytes | None:
+        return self._oom
+
+    def state(self) -> list[dict[str, Any]]:
+        from fragviz.allocator.state import allocator_segments
+
+        with self.device.lock:
+            segments = allocator_segments(self.device.alloc)
+        return [compact_segment(s) for s in segments]
+
+    def close(self) -> None:
+        self.device.closed = True
+        if self._installed_on == threading.get_ident():
+            self.mode.__exit__(None, None, None)
+            self._installed_on = None
+
+
+class CudaSource:
+    """PyTorch's CUDA caching allocator (memory_stats, memory_snapshot, the OOM observer) and NVML."""
+
+    simulated = False
+
+    def __init__(self, record_history: bool, max_entries: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.nvml = Nvml()
+        self.record_history = record_history
+        self._oom: bytes | None = None
+        if record_history:
+            torch.cuda.memory._record_memory_history(max_entries=max_entries)
+        torch._C._cuda_attach_out_of_memory_observer(self._on_oom)
+
+    def _on_oom(self, device: int, alloc: int, device_total: int, device_free: int) -> None:
+        # PyTorch calls observers after releasing the allocator's lock, so taking a snapshot here is safe.
+        self._oom = _dumps(self.torch.cuda.memory._snapshot())
+
+    def _devices(self) -> list[int]:
+        """Devices the job uses. Asking about others would create CUDA contexts on them, costing memory."""
+        cuda = self.torch.cuda
+        if not cuda.is_initialized():
+            return []
+        current = cuda.current_device()
+        return [d for d in range(cuda.device_count())
+                if d == current or cuda.memory_stats(d).get("reserved_bytes.all.current", 0) > 0]
+
+    def device_stats(self) -> list[dict[str, Any]]:
+        devices = self._devices()
+        if not devices:
+            return []
+        segments = self.torch.cuda.memory_snapshot()
+        return [self._stats(d, [s for s in segments if s.get("device") == d]) for d in devices]
+
+    def _stats(self, device: int, segments: list[dict[str, Any]]) -> dict[str, Any]:
+        s = self.torch.cuda.memory_stats(device)
+        free, largest = gap_figures(segments)
+        nv = self.nvml.memory(device, self._uuid(device))
+        total, dev_free = (nv["total"], nv["free"]) if nv else self.torch.cuda.mem_get_info(device)[::-1]
+        return {"device": device, "allocated_bytes": s.get("allocated_bytes.all.current", 0),
+                "reserved_bytes": s.get("reserved_bytes.all.current", 0),
+                "active_bytes": s.get("active_bytes.all.current", 0),
+                "requested_bytes": s.get("requested_bytes.all.current", 0),
+                "inactive_split_bytes": s.get("inactive_split_bytes.all.current", 0),
+                "num_alloc_retries": s.get("num_alloc_retries", 0), "num_ooms": s.get("num_ooms", 0),
+                "device_total_bytes": int(total), "device_free_bytes": int(dev_free),
+                "nvml_used_bytes": nv["used"] if nv else None, "largest_free_block": largest,
+                "fragmentation": fragmentation(free, largest), "processes": nv["processes"] if nv else []}
+
+    def _uuid(self, device: int) -> str | None:
+        uuid = getattr(self.torch.cuda.get_device_properties(device), "uuid", None)
+        return None if uuid is None else (str(uuid) if str(uuid).startswith("GPU-") else f"GPU-{uuid}")
+
+    def snapshot(self, trace: bool) -> bytes:
+        data = self.torch.cuda.memory._snapshot()
+        if not trace:
+            data["device_traces"] = [[] for _ in data.get("device_traces", ())]
+        return _dumps(data)
+
+    def oom_snapshot(self) -> bytes | None:
+        return self._oom
+
+    def state(self) -> list[dict[str, Any]]:
+        if not self.torch.cuda.is_initialized():
+            return []
+        return [compact_segment(s) for s in self.torch.cuda.memory_snapshot()]
+
+    def close(self) -> None:
+        if self.record_history:
+            self.torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def rank_env() -> dict[str, int | None]:
+    """RANK, LOCAL_RANK and WORLD_SIZE as torchrun sets them (None outside a distributed launch)."""
+    def read(name: str) -> int | None:
+        value = os.environ.get(name, "")
+        return int(value) if value.isdigit() else None
+
+    return {"rank": read("RANK"), "local_rank": read("LOCAL_RANK"), "world_size": read("WORLD_SIZE")}
