@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from fragviz.model import Block, BlockState, Segment
+
 LIVE_WINDOW = 15.0  # seconds without a sample after which an attachment no longer counts as live
 
 # stats key -> live_samples column, in table order after (t, device, pid, gap)
@@ -141,6 +143,10 @@ class LiveReader:
         rows = self._conn().execute(sql + " ORDER BY id", args).fetchall()
         return {name: [r[i] for r in rows] for i, name in enumerate(SAMPLE_COLUMNS)}
 
+    def devices(self, aid: int) -> list[int]:
+        return [r[0] for r in self._conn().execute(
+            "SELECT DISTINCT device FROM live_samples WHERE attachment_id = ? ORDER BY device", (aid,))]
+
     def events(self, aid: int, after_id: int = 0, kind: str | None = None) -> list[LiveEvent]:
         sql = "SELECT id, attachment_id, t, kind, detail, snapshot_id FROM live_events WHERE attachment_id = ? AND id > ?"
         args: list[Any] = [aid, after_id]
@@ -149,15 +155,22 @@ class LiveReader:
             args.append(kind)
         return [LiveEvent(*r) for r in self._conn().execute(sql + " ORDER BY id", args)]
 
-    def latest_state(self, aid: int) -> list[tuple[int, float, list[dict[str, Any]]]]:
-        """(device, time, compact segments) of the latest state recorded, per device."""
-        rows = self._conn().execute("SELECT device, t, segments FROM live_state WHERE attachment_id = ? "
-                                    "ORDER BY device", (aid,)).fetchall()
-        return [(d, t, json.loads(s)) for d, t, s in rows]
+    def latest_state(self, aid: int, device: int) -> tuple[float, list[Segment]] | None:
+        """(time, segments) of the latest state recorded for this device, or None."""
+        row = self._conn().execute("SELECT t, segments FROM live_state WHERE attachment_id = ? AND device = ?",
+                                   (aid, device)).fetchone()
+        return None if row is None else (row[0], [_segment(s) for s in json.loads(row[1])])
 
     def state_time(self, aid: int) -> float | None:
         row = self._conn().execute("SELECT max(t) FROM live_state WHERE attachment_id = ?", (aid,)).fetchone()
         return row[0] if row else None
+
+
+def _segment(s: dict[str, Any]) -> Segment:
+    blocks = tuple(Block(a, size, req, BlockState(state)) for a, size, req, state in s["blocks"])
+    pool_id = tuple(s["pool_id"]) if s.get("pool_id") else None
+    return Segment(s.get("device", 0), s["address"], s["total_size"], s.get("stream", 0), s.get("pool", "large"),
+                   blocks, pool_id, s.get("is_expandable"))
 
 
 def _attachment(r: tuple) -> Attachment:

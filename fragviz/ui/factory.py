@@ -10,12 +10,13 @@ import dash
 from dash import Input, Output, State, dcc, html
 from flask import Flask, jsonify, make_response, request
 
+from fragviz.live.manager import LiveManager
 from fragviz.store.reader import StoreReader
 from fragviz.store.schema import connect
 from fragviz.ui import ids
 from fragviz.ui.api import Writer, install_api
 from fragviz.ui.data import Views
-from fragviz.ui.pages import compare, library, snapshot, whatif
+from fragviz.ui.pages import compare, library, live, snapshot, whatif
 from fragviz.ui.pages.common import error_panel, header
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets")
@@ -27,6 +28,7 @@ class AppContext:
     reader: StoreReader
     writer: Writer
     views: Views
+    live: LiveManager
 
 
 def create_app(db_path: str, token: str | None = None, samples: str | None = None) -> dash.Dash:
@@ -37,7 +39,7 @@ def create_app(db_path: str, token: str | None = None, samples: str | None = Non
     if samples and not reader.list_snapshots():
         for path in sorted(glob.glob(os.path.join(samples, "*.pickle.gz"))):
             writer.ingest(open(path, "rb").read(), os.path.basename(path))
-    app_ctx = AppContext(reader, writer, Views(reader))
+    app_ctx = AppContext(reader, writer, Views(reader), LiveManager(db_path))
     server = Flask("fragviz")
     if token:
         _protect(server, token)
@@ -62,9 +64,11 @@ def _register(app: dash.Dash, app_ctx: AppContext) -> None:
             return whatif.layout(app_ctx, path, search)
         if path.startswith("/compare"):
             return compare.layout(app_ctx, search)
+        if path == "/live":
+            return live.layout(app_ctx)
         return html.Div([header(), html.Main(className="fv-main", children=[error_panel(f"no page at {path}")])])
 
-    for page in (library, snapshot, whatif, compare):
+    for page in (library, snapshot, whatif, compare, live):
         page.register(app, app_ctx)
 
 

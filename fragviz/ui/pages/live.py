@@ -1,0 +1,249 @@
+"""The live page (/live): running jobs' memory, refreshed every second by appending to the charts.
+
+Attach by host:port (the server starts the poller itself), or pick an attachment already recorded into
+this store (also by `fragviz attach`). One panel per attachment and device: the chart of allocated,
+requested, reserved, NVML used (the band above reserved is memory outside PyTorch), largest free gap and
+fragmentation with OOM markers; the latest segment map and free-gap histogram; a button that saves a
+full snapshot; an alert with the doctor's verdict when the job runs out of memory.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dash import ALL, MATCH, Input, Output, Patch, State, ctx, dcc, html, no_update
+
+from fragviz.errors import FragvizError
+from fragviz.ui import ids
+from fragviz.ui.figures import gap_histogram_figure, segment_map_figure
+from fragviz.ui.live_figures import live_figure, live_points, thin
+from fragviz.ui.pages.common import card, error_panel, fb, header
+
+MAX_INITIAL_POINTS = 3000
+TITLES = {"exhaustion": "true exhaustion", "fragmentation": "fragmentation", "outside_pytorch":
+          "memory outside PyTorch", "capacity_cap": "a capacity cap"}
+
+
+def layout(app_ctx) -> html.Div:
+    options = _options(app_ctx)
+    chosen = [o["value"] for o in options if not o.get("ended")]
+    return html.Div([header(), html.Main(className="fv-main", children=[
+        html.H2("Live"),
+        html.P(["Watch a running job: start it with ", html.Code("fragviz run -- python train.py"),
+                " (its agent serves on port 9400, or 9400 + LOCAL_RANK under torchrun), then attach to it here. "
+                "Every poll is recorded into this store."], className="fv-sub"),
+        card("Attach", html.Div(className="fv-controls", children=[
+            html.Label(["job ", dcc.Input(id=ids.LIVE_TARGET, placeholder="127.0.0.1:9400", className="fv-pick",
+                                          debounce=False)]),
+            html.Label(["token ", dcc.Input(id=ids.LIVE_TOKEN, type="password", placeholder="if the agent has one",
+                                            className="fv-memory")]),
+            html.Button("Attach", id=ids.LIVE_ATTACH, n_clicks=0, className="fv-primary"),
+        ]), html.Div(id=ids.LIVE_STATUS, className="fv-status", **{"aria-live": "polite"}),
+            html.Div(className="fv-controls", children=[html.Span("jobs: ", className="fv-hint"), dcc.Checklist(
+                id=ids.LIVE_ATTACHMENTS, options=_checklist(options), value=chosen, inline=True,
+                className="fv-attachments")])),
+        html.Div(id=ids.LIVE_PANELS, className="fv-live-grid"),
+        dcc.Store(id=ids.LIVE_CURSOR, data={}),
+        dcc.Interval(id=ids.LIVE_INTERVAL, interval=1000),
+    ])])
+
+
+def _options(app_ctx) -> list[dict[str, Any]]:
+    """Attachments live now, then the 10 most recent others."""
+    now = time.time()
+    rows = app_ctx.reader.live.attachments()
+    live = [a for a in rows if a.is_live(now)]
+    ended = [a for a in rows if not a.is_live(now)][:10]
+    return ([{"value": a.id, "label": a.label} for a in live]
+            + [{"value": a.id, "label": a.label + " (ended)", "ended": True} for a in ended])
+
+
+def _checklist(options: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"value": o["value"], "label": o["label"]} for o in options]
+
+
+def _panel_key(aid: int, device: int) -> str:
+    return f"{aid}-{device}"
+
+
+def _panel(app_ctx, aid: int, device: int) -> tuple[html.Section, dict[str, Any]]:
+    live = app_ctx.reader.live
+    att = live.attachment(aid)
+    samples = live.samples(aid, device=device)
+    ooms = live.events(aid, kind="oom")
+    nvml = any(v is not None for v in samples["nvml_used"])
+    fig = live_figure(thin(samples, MAX_INITIAL_POINTS), [e.t for e in ooms], att.simulated, nvml)
+    key = _panel_key(aid, device)
+    badge = (html.Span("simulated device: a CPU run mirrored into fragviz's allocator model; no NVML",
+                       className="fv-badge fv-simulated") if att.simulated else
+             html.Span("CUDA" + (" + NVML" if nvml else " (NVML not available)"), className="fv-badge"))
+    events = live.events(aid)
+    cursor = {"sample": samples["id"][-1] if samples["id"] else 0, "event": events[-1].id if events else 0,
+              "state": None, "aid": aid, "device": device}
+    section = html.Section(className="fv-card fv-live-panel", children=[
+        html.H3([f"{att.label} · device {device} ", badge]),
+        html.Div(_figures_line(samples), id={"type": ids.LIVE_NOW, "index": key}, className="fv-live-now"),
+        html.Div(_alerts(app_ctx, ooms), id={"type": ids.LIVE_OOM_ALERT, "index": key}),
+        dcc.Graph(id={"type": ids.LIVE_CHART, "index": key}, figure=fig, config={"displaylogo": False}),
+        html.Div(className="fv-controls", children=[
+            html.Button("Save snapshot with trace", id={"type": ids.LIVE_SAVE, "index": key}, n_clicks=0),
+            html.Span(id={"type": ids.LIVE_SAVE_RESULT, "index": key})]),
+        html.Div(className="fv-row", children=[
+            html.Div(dcc.Graph(id={"type": ids.LIVE_SEGMENT_MAP, "index": key}, config={"displaylogo": False}),
+                     className="fv-card fv-scroll"),
+            html.Div(dcc.Graph(id={"type": ids.LIVE_GAP_HISTOGRAM, "index": key}, config={"displaylogo": False}),
+                     className="fv-card")]),
+    ])
+    return section, cursor
+
+
+def _figures_line(samples: dict[str, list]) -> str:
+    if not samples["t"]:
+        return "waiting for the first sample…"
+    i = len(samples["t"]) - 1
+    s = {k: v[i] for k, v in samples.items()}
+    parts = [f"reserved {fb(s['reserved'])}", f"allocated {fb(s['allocated'])}", f"requested {fb(s['requested'])}",
+             f"largest free gap {fb(s['largest_free'])}", f"fragmentation {100 * s['fragmentation']:.1f}%"]
+    if s["nvml_used"] is not None:
+        parts.append(f"NVML used {fb(s['nvml_used'])} (outside PyTorch {fb(max(0, s['nvml_used'] - s['reserved']))})")
+    if s["device_total"]:
+        parts.append(f"device {fb(s['device_total'])}")
+    age = time.time() - s["t"]
+    return " · ".join(parts) + (f" · last sample {age:.0f} s ago" if age > 5 else "")
+
+
+def _alerts(app_ctx, ooms: list) -> list:
+    out = []
+    for e in ooms[-3:]:
+        verdict = _verdict(app_ctx, e.snapshot_id)
+        when = time.strftime("%H:%M:%S", time.localtime(e.t))
+        link = dcc.Link(f"open the OOM snapshot ({e.snapshot_id})", href=f"/snapshots/{e.snapshot_id}") \
+            if e.snapshot_id else "the OOM snapshot could not be read"
+        out.append(html.Div(className="fv-error fv-live-oom", role="alert", children=[
+            html.Strong(f"Out of memory at {when}: "), verdict, " ", link]))
+    return out
+
+
+def _verdict(app_ctx, sid: int | None) -> str:
+    if sid is None:
+        return ""
+    try:
+        ooms = app_ctx.views.doctor(sid)
+    except FragvizError as exc:
+        return f"(no verdict: {exc})"
+    if not ooms:
+        return "(the snapshot holds no OOM entry to diagnose)"
+    o = ooms[-1]
+    return (f"{TITLES.get(o['verdict'], o['verdict'])} — {o['advice'][0]}" if o.get("advice")
+            else TITLES.get(o["verdict"], o["verdict"]))
+
+
+def _state_figures(app_ctx, aid: int, device: int, seen: float | None):
+    state = app_ctx.reader.live.latest_state(aid, device)
+    if state is None or state[0] == seen:
+        return no_update, no_update, seen
+    t, segments = state
+    gaps = [b.size for s in segments for b in s.blocks if b.state.value == "inactive"]
+    seg_map = segment_map_figure(segments, lambda _stack: "")
+    seg_map.update_layout(title=dict(text=f"segments at {time.strftime('%H:%M:%S', time.localtime(t))}",
+                                     font=dict(size=13)))
+    return seg_map, gap_histogram_figure(gaps, None, max(gaps, default=0)), t
+
+
+def register(app, app_ctx) -> None:
+    @app.callback(Output(ids.LIVE_STATUS, "children"), Output(ids.LIVE_ATTACHMENTS, "options"),
+                  Output(ids.LIVE_ATTACHMENTS, "value"), Input(ids.LIVE_ATTACH, "n_clicks"),
+                  State(ids.LIVE_TARGET, "value"), State(ids.LIVE_TOKEN, "value"), State(ids.LIVE_ATTACHMENTS, "value"),
+                  prevent_initial_call=True)
+    def attach(_, target, token, chosen):
+        if not (target or "").strip():
+            return error_panel("enter the job's host:port, for example 127.0.0.1:9400"), no_update, no_update
+        try:
+            aid = app_ctx.live.attach(target, token or None)
+        except FragvizError as exc:
+            return error_panel(str(exc)), no_update, no_update
+        chosen = [c for c in (chosen or []) if c != aid] + [aid]
+        return f"attached to {target.strip()}: recording as attachment {aid}", _checklist(_options(app_ctx)), chosen
+
+    @app.callback(Output(ids.LIVE_ATTACHMENTS, "options", allow_duplicate=True), Input(ids.LIVE_INTERVAL, "n_intervals"),
+                  State(ids.LIVE_ATTACHMENTS, "options"), prevent_initial_call=True)
+    def refresh_jobs(_, current):
+        options = _checklist(_options(app_ctx))
+        return no_update if options == current else options
+
+    @app.callback(Output(ids.LIVE_PANELS, "children"), Output(ids.LIVE_CURSOR, "data"),
+                  Input(ids.LIVE_ATTACHMENTS, "value"))
+    def panels(chosen):
+        sections, cursors = [], {}
+        for aid in chosen or []:
+            if app_ctx.reader.live.attachment(aid) is None:
+                continue
+            for device in app_ctx.reader.live.devices(aid) or [0]:
+                section, cursor = _panel(app_ctx, aid, device)
+                sections.append(section)
+                cursors[_panel_key(aid, device)] = cursor
+        if not sections:
+            return html.P("No job chosen: attach to one above.", className="fv-hint"), {}
+        return sections, cursors
+
+    @app.callback(Output({"type": ids.LIVE_CHART, "index": ALL}, "figure"),
+                  Output({"type": ids.LIVE_NOW, "index": ALL}, "children"),
+                  Output({"type": ids.LIVE_OOM_ALERT, "index": ALL}, "children"),
+                  Output({"type": ids.LIVE_SEGMENT_MAP, "index": ALL}, "figure"),
+                  Output({"type": ids.LIVE_GAP_HISTOGRAM, "index": ALL}, "figure"),
+                  Output(ids.LIVE_CURSOR, "data", allow_duplicate=True),
+                  Input(ids.LIVE_INTERVAL, "n_intervals"), State(ids.LIVE_CURSOR, "data"),
+                  State({"type": ids.LIVE_CHART, "index": ALL}, "id"), prevent_initial_call=True)
+    def tick(_, cursors, chart_ids):
+        out = [[], [], [], [], []]
+        cursors = dict(cursors or {})
+        for cid in chart_ids:
+            key = cid["index"]
+            cursor = dict(cursors.get(key) or {})
+            if not cursor:
+                for column in out:
+                    column.append(no_update)
+                continue
+            results = _advance(app_ctx, cursor)
+            for column, value in zip(out, results):
+                column.append(value)
+            cursors[key] = cursor
+        return (*out, cursors)
+
+    @app.callback(Output({"type": ids.LIVE_SAVE_RESULT, "index": MATCH}, "children"),
+                  Input({"type": ids.LIVE_SAVE, "index": MATCH}, "n_clicks"), prevent_initial_call=True)
+    def save(_):
+        aid = int(str(ctx.triggered_id["index"]).split("-")[0])
+        try:
+            sid = app_ctx.live.save_snapshot(aid)
+        except (FragvizError, OSError) as exc:
+            return error_panel(str(exc))
+        if sid is None:
+            return error_panel("the snapshot could not be read (see the job's events)")
+        return dcc.Link(f"saved as snapshot {sid}: open it", href=f"/snapshots/{sid}")
+
+
+def _advance(app_ctx, cursor: dict[str, Any]) -> tuple:
+    """What one tick sends for one panel; moves `cursor` past what it sent."""
+    live = app_ctx.reader.live
+    aid, device = cursor["aid"], cursor["device"]
+    new = live.samples(aid, cursor["sample"], device=device)
+    events = live.events(aid, cursor["event"])
+    new_ooms = [e for e in events if e.kind == "oom"]
+    if events:
+        cursor["event"] = events[-1].id
+    patch: Any = no_update
+    if new["t"] or new_ooms:
+        patch = Patch()
+        for k, (xs, ys) in enumerate(live_points(new, [e.t for e in new_ooms])):
+            if xs:
+                patch["data"][k]["x"].extend(xs)
+                patch["data"][k]["y"].extend(ys)
+    now_line = no_update
+    if new["t"]:
+        cursor["sample"] = new["id"][-1]
+        now_line = _figures_line(new)
+    alerts = _alerts(app_ctx, live.events(aid, kind="oom")) if new_ooms else no_update
+    seg_map, histogram, cursor["state"] = _state_figures(app_ctx, aid, device, cursor.get("state"))
+    return patch, now_line, alerts, seg_map, histogram
+
