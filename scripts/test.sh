@@ -11,7 +11,7 @@ missing=""
 if [ -n "$missing" ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing > /dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing > /dev/null
     else
         echo "the tests need Debian's$missing: sudo apt-get install$missing" >&2
         exit 1
