@@ -60,3 +60,46 @@ def test_nothing_unpickles_without_the_restricted_unpickler():
     for path in core_files():
         src = open(path, encoding="utf-8").read()
         assert "pickle.load(" not in src and "pickle.loads(" not in src, path
+
+
+IN_THE_JOB = ("agent.py", "sources.py", "nvml.py", "protocol.py", "runner.py", "__init__.py")
+NOT_FOR_THE_JOB = ("fragviz.store", "fragviz.ui", "fragviz.ingest", "fragviz.live.poller", "fragviz.live.manager")
+
+
+def module_level_imports(path: str) -> set[str]:
+    """Imports executed when the module is imported (not those inside functions, which are lazy)."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_the_agent_imports_only_the_standard_library_lazy_torch_and_the_core():
+    import sys
+
+    live = os.path.join(PACKAGE, "live")
+    for f in IN_THE_JOB:
+        path = os.path.join(live, f)
+        every = imports_of(path)
+        assert not {n for n in every if n.split(".")[0] in ("dash", "plotly", "pandas", "flask", "sqlalchemy")}, f
+        assert not {n for n in every if n.startswith(NOT_FOR_THE_JOB)}, f
+        eager = module_level_imports(path)
+        assert not {n for n in eager if n.split(".")[0] == "torch"}, f"{f} imports torch eagerly"
+        foreign = {n for n in eager if n.split(".")[0] not in sys.stdlib_module_names and n.split(".")[0] not in
+                   ("fragviz", "__future__")}
+        assert foreign == set(), f
+
+
+def test_importing_the_agent_loads_no_ui_and_no_store():
+    import subprocess
+    import sys
+
+    code = ("import sys, fragviz.live.agent; bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('dash', 'plotly', 'pandas', 'flask', 'torch') or m.startswith(('fragviz.store', 'fragviz.ui'))]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
