@@ -42,7 +42,7 @@ class Agent:
         self.cpu_seconds = 0.0
         self.oom_fetched = threading.Event()
         self._counter_lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(MAX_CONCURRENT)
+        self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
         self._server = _server_for(host, port)
         self._server.agent = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
@@ -117,7 +117,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
         agent: Agent = self.server.agent  # type: ignore[attr-defined]
-        if not agent._slots.acquire(blocking=False):
+        if not agent.slots.acquire(blocking=False):
             self._send_json(503, {"error": "the agent is busy: try again"}, {"Retry-After": "1"})
             return
         started, failed = time.thread_time(), False
@@ -130,7 +130,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._try_send_json(500, {"error": f"the agent failed to answer ({type(exc).__name__}: {exc})"[:300]})
         finally:
             agent.count(time.thread_time() - started, failed)
-            agent._slots.release()
+            agent.slots.release()
 
     def _route(self, agent: Agent) -> None:
         denied = self._denied(agent)
