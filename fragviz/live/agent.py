@@ -40,7 +40,7 @@ class Agent:
         self.polls = 0
         self.errors = 0
         self.cpu_seconds = 0.0
-        self.oom_fetched = threading.Event()
+        self.oom_fetched = 0  # how many OOM snapshots the source had taken when one was last served
         self._counter_lock = threading.Lock()
         self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
         self._server = _server_for(host, port)
@@ -81,8 +81,9 @@ class Agent:
         state is not lost."""
         if self._stopped:
             return
-        if linger > 0 and self.source.oom_snapshot() is not None:
-            self.oom_fetched.wait(linger)
+        deadline = time.monotonic() + linger
+        while self.oom_fetched < self.source.oom_count and time.monotonic() < deadline:
+            time.sleep(0.05)
         self._stopped = True
         self._server.shutdown()
         self._server.server_close()
@@ -146,12 +147,12 @@ class _Handler(BaseHTTPRequestHandler):
             trace = query.get("trace", ["1"])[-1] not in ("0", "false", "no")
             self._send(200, agent.source.snapshot(trace), "application/octet-stream")
         elif url.path == protocol.PATH_OOM:
-            blob = agent.source.oom_snapshot()
+            count, blob = agent.source.oom_count, agent.source.oom_snapshot()
             if blob is None:
                 self._send_json(404, {"error": "no out-of-memory error has happened in this job yet"})
             else:
                 self._send(200, blob, "application/octet-stream")
-                agent.oom_fetched.set()
+                agent.oom_fetched = max(agent.oom_fetched, count)
         elif url.path == protocol.PATH_STATE:
             self._send_json(200, {"time": time.time(), "pid": os.getpid(), "segments": agent.source.state()})
         else:

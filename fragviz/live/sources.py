@@ -21,6 +21,8 @@ class Source(Protocol):
     def device_stats(self) -> list[dict[str, Any]]: ...
     def snapshot(self, trace: bool) -> bytes: ...
     def oom_snapshot(self) -> bytes | None: ...
+    @property
+    def oom_count(self) -> int: ...
     def state(self) -> list[dict[str, Any]]: ...
     def close(self) -> None: ...
 
@@ -62,6 +64,7 @@ class SimulatedSource:
         from fragviz.recorder import SimulatedDevice, mirror_mode
 
         self._oom: bytes | None = None
+        self.oom_count = 0  # OOM snapshots taken so far
         self.device = SimulatedDevice(device_memory, alloc_conf, root_file, record=record_history,
                                       max_entries=max_entries, on_oom=self._on_oom)
         self.mode = mirror_mode(self.device)
@@ -74,6 +77,7 @@ class SimulatedSource:
 
     def _on_oom(self, message: str) -> None:
         self._oom = _dumps(self.device.snapshot(self._provenance(message), close=False))
+        self.oom_count += 1
 
     def _provenance(self, oom_message: str | None = None) -> dict[str, Any]:
         from fragviz.recorder import simulated_provenance
@@ -127,6 +131,7 @@ class CudaSource:
         self.nvml = Nvml()
         self.record_history = record_history
         self._oom: bytes | None = None
+        self.oom_count = 0  # OOM snapshots taken so far
         if record_history:
             torch.cuda.memory._record_memory_history(max_entries=max_entries)
         torch._C._cuda_attach_out_of_memory_observer(self._on_oom)
@@ -134,6 +139,7 @@ class CudaSource:
     def _on_oom(self, device: int, alloc: int, device_total: int, device_free: int) -> None:
         # PyTorch calls observers after releasing the allocator's lock, so taking a snapshot here is safe.
         self._oom = _dumps(self.torch.cuda.memory._snapshot())
+        self.oom_count += 1
 
     def _devices(self) -> list[int]:
         """Devices the job uses. Asking about others would create CUDA contexts on them, costing memory."""
