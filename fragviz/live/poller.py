@@ -91,6 +91,7 @@ class PollerStatus:
     snapshots: list[int] = field(default_factory=list)
     ooms: list[int] = field(default_factory=list)
     gaps: int = 0
+    dropped: int = 0
     error: str | None = None
 
 
@@ -137,7 +138,7 @@ class TargetPoller:
         try:
             while not self.stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 started = time.monotonic()
-                if self.poll_once():
+                if self._poll_guarded():
                     backoff = self.interval
                     wait = self.interval - (time.monotonic() - started)
                 else:
@@ -153,6 +154,16 @@ class TargetPoller:
             self.recorder.end(self.attachment_id)
             self.conn.close()
         return self.status
+
+    def _poll_guarded(self) -> bool:
+        """A poll whose store write failed (a store busy for longer than its timeout) loses that sample, not
+        the recording."""
+        try:
+            return self.poll_once()
+        except sqlite3.OperationalError as exc:
+            self.status.dropped += 1
+            self.log(f"fragviz: {self.client.target}: a sample was not recorded: the store is busy ({exc})")
+            return True
 
     def poll_once(self) -> bool:
         """One poll: True when the agent answered."""
