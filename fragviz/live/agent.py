@@ -212,6 +212,7 @@ def start_agent(port: int = 0, host: str = "127.0.0.1", token: str | None = None
     default), which raises PyTorch's OOM error where that device would run out. Binding to anything but
     loopback needs a `token`. At exit the agent waits up to `linger` seconds for an unfetched OOM snapshot.
     """
+    token = token or None  # an empty token protects nothing: treated as none
     if not protocol.is_loopback(host) and not token:
         raise AgentError(f"refusing to serve the live agent on {host} without a token: other machines could "
                          "read this job's memory (pass token=..., or --token / FRAGVIZ_TOKEN)")

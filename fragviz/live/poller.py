@@ -268,21 +268,20 @@ def attach_command(db_path: str, targets: list[str], token: str | None, interval
                for p in pollers]
     log(f"fragviz: attached to {', '.join(c.target for c in clients)}; recording into {db_path} "
         f"(attachment {', '.join(str(p.attachment_id) for p in pollers)}); Ctrl-C to stop")
-    previous = signal.signal(signal.SIGTERM, lambda *_: _stop_all(pollers)) \
-        if threading.current_thread() is threading.main_thread() else None
+    # Ctrl-C and SIGTERM only ask the pollers to stop, so each ends its attachment in the store. (A
+    # KeyboardInterrupt raised inside Thread.join could mark a running thread finished: cpython#90882.)
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda *_: _stop_all(pollers)) for sig in handled} \
+        if threading.current_thread() is threading.main_thread() else {}
     for t in threads:
         t.start()
     try:
         while any(t.is_alive() for t in threads):
             for t in threads:
                 t.join(0.2)
-    except KeyboardInterrupt:
-        _stop_all(pollers)
-        for t in threads:
-            t.join()
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     for p in pollers:
         s = p.status
         log(f"fragviz: {p.client.target}: {s.polls} polls, {len(s.snapshots)} snapshots, {len(s.ooms)} OOM "

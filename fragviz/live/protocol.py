@@ -3,7 +3,7 @@
 Standard library only: the agent runs inside someone's training job, and the poller and dashboard read the
 same definitions.
 
-    GET /v1/stats                 one JSON object (STATS_DEVICE_KEYS per device; see `stats_object`)
+    GET /v1/stats                 one JSON object (STATS_DEVICE_KEYS per device; see agent.Agent.stats)
     GET /v1/snapshot?trace=0|1    the current snapshot in PyTorch's own format (a protocol-4 pickle)
     GET /v1/oom                   the snapshot captured at the last OOM; 404 before any OOM
     GET /v1/state                 the current segments and blocks as compact JSON (no frames), for live pages
@@ -98,7 +98,7 @@ def tokens_match(given: str | None, expected: str) -> bool:
 
 def is_loopback(host: str) -> bool:
     """True only for addresses no other machine can reach: 127.0.0.0/8, ::1 and the name `localhost`."""
-    if host == "localhost":
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
@@ -109,7 +109,10 @@ def is_loopback(host: str) -> bool:
 def parse_target(text: str) -> tuple[str, int]:
     """'HOST:PORT', '[::1]:PORT' or 'http://HOST:PORT' -> (host, port)."""
     raw = text.strip()
-    body = raw.split("://", 1)[1] if "://" in raw else raw
+    scheme, sep, rest = raw.partition("://")
+    if sep and scheme.lower() != "http":
+        raise ValueError(f"'{raw[:80]}': the agent speaks plain HTTP (use http:// or just HOST:PORT)")
+    body = rest if sep else raw
     body = body.rstrip("/")
     m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([A-Za-z0-9.\-]+):(\d{1,5})", body)
     if not m:

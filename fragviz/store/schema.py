@@ -164,15 +164,21 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
             parent = os.path.dirname(os.path.abspath(path))
             os.makedirs(parent, exist_ok=True)
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA busy_timeout=10000")
-        if not readonly:
-            _ensure_schema(conn, path)
-        else:
-            check_version(conn, path)
-        return conn
+        try:
+            conn.execute("PRAGMA busy_timeout=10000")
+            if readonly:
+                check_version(conn, path)
+            else:
+                _refuse_newer(conn, path)  # before anything changes the file
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            if not readonly:
+                _ensure_schema(conn, path)
+            return conn
+        except BaseException:
+            conn.close()
+            raise
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path}: not a fragviz store ({exc})") from None
 
@@ -187,7 +193,11 @@ def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('created_by', ?)", (f"fragviz {__version__}",))
     elif have < SCHEMA_VERSION:
         migrate(conn, path, have)
-    elif have > SCHEMA_VERSION:
+
+
+def _refuse_newer(conn: sqlite3.Connection, path: str) -> None:
+    have = _version(conn, path)
+    if have is not None and have > SCHEMA_VERSION:
         raise StoreError(f"{path}: store schema version {have} is newer than this fragviz (version "
                          f"{SCHEMA_VERSION}): upgrade fragviz")
 

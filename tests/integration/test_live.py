@@ -296,12 +296,6 @@ def test_attach_follows_a_job_through_a_kill_and_a_restart(tmp_path):
     assert s["t"][switch] > s["t"][switch - 1]
 
 
-@pytest.mark.xfail(sys.version_info < (3, 13), strict=True, reason=(
-    "fragviz/live/poller.py attach_command: Ctrl-C raises KeyboardInterrupt inside Thread.join(0.2), which on "
-    "Python < 3.13 marks a still-running thread as finished (python/cpython#90882); the second join returns at "
-    "once, the process exits, and the daemon poller thread never reaches recorder.end(): ended_at stays NULL"))
-
-
 def test_ctrl_c_ends_the_attachment(tmp_path):
     """Ctrl-C while a poll is in flight (an agent that accepted the connection but has not answered yet):
     attach still exits 0 and the attachment is marked ended."""
@@ -462,6 +456,7 @@ def test_a_store_from_a_newer_fragviz_is_refused_with_one_line(tmp_path):
     assert len(out.stderr.strip().splitlines()) == 1 and "99" in out.stderr
     check = sqlite3.connect(copy)
     try:
+        assert check.execute("PRAGMA journal_mode").fetchone() == ("delete",), "a refused store is left as it was"
         assert check.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("99",)
         assert check.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'live_%'").fetchone() == (0,)
     finally:

@@ -163,7 +163,8 @@ def test_tokens_match_only_the_exact_token():
 
 # -- loopback --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "127.255.255.254", "::1", "[::1]", "localhost"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "127.255.255.254", "::1", "[::1]", "localhost",
+                                  "LOCALHOST"])
 def test_loopback_hosts(host):
     assert is_loopback(host)
 
@@ -195,7 +196,7 @@ def test_parse_target_forms(text, expected):
 @pytest.mark.parametrize("text", ["", "127.0.0.1", "127.0.0.1:", ":9400", "127.0.0.1:0", "127.0.0.1:65536",
                                   "127.0.0.1:99999", "127.0.0.1:123456", "host:port", "::1:9400", "[::1]",
                                   "[::1]9400", "host name:9400", "host:9400/v1/stats", "host:-1", "[]:9400",
-                                  "user@host:9400"])
+                                  "user@host:9400", "https://127.0.0.1:9400", "ftp://127.0.0.1:9400"])
 def test_parse_target_errors_name_the_text(text):
     with pytest.raises(ValueError) as err:
         parse_target(text)
