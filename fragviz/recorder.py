@@ -189,6 +189,25 @@ def mirror_mode(device: SimulatedDevice) -> Any:
     return _Mirror()
 
 
+@contextmanager
+def empty_cache_mirrored(device: SimulatedDevice) -> Iterator[None]:
+    """`torch.cuda.empty_cache()` also empties the simulated device's cache, as it would a CUDA device's."""
+    import torch
+
+    real = torch.cuda.memory.empty_cache
+
+    def empty_cache() -> None:
+        real()
+        with device.lock:
+            device.alloc.empty_cache()
+
+    torch.cuda.empty_cache = torch.cuda.memory.empty_cache = empty_cache
+    try:
+        yield
+    finally:
+        torch.cuda.empty_cache = torch.cuda.memory.empty_cache = real
+
+
 def simulated_provenance(device: SimulatedDevice, generator: str) -> dict[str, Any]:
     import torch
 
@@ -203,7 +222,7 @@ def _simulated_capture(path: str, device_memory: int, alloc_conf: str | None,
     device = SimulatedDevice(device_memory, alloc_conf, root_file)
     provenance = simulated_provenance(device, "fragviz.capture")
     try:
-        with mirror_mode(device):
+        with mirror_mode(device), empty_cache_mirrored(device):
             yield device
     finally:
         if device.oom_message:

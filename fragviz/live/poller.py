@@ -8,6 +8,7 @@ restarted job, with a new pid) answers again. A refused token stops that target:
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import sqlite3
@@ -119,6 +120,7 @@ class TargetPoller:
         self._next_state = 0.0
         self._thread: threading.Thread | None = None
         self._waiting_logged = False
+        self._state_digest: bytes | None = None
 
     def start(self) -> "TargetPoller":
         self._thread = threading.Thread(target=self.run, name=f"fragviz-poll-{self.client.target}", daemon=True)
@@ -221,8 +223,16 @@ class TargetPoller:
             self.take_snapshot(self.conn, "snapshot")
         if now >= self._next_state:
             self._next_state = now + self.state_every
-            state = json.loads(self.client.get(protocol.PATH_STATE))
+            self._record_state()
+
+    def _record_state(self) -> None:
+        """The latest segments, written only when they changed (a page redraws its map when they do)."""
+        body = self.client.get(protocol.PATH_STATE)
+        state = json.loads(body)
+        digest = hashlib.sha1(json.dumps(state["segments"], sort_keys=True).encode()).digest()
+        if digest != self._state_digest:
             self.recorder.state(self.attachment_id, state["time"], state["segments"])
+            self._state_digest = digest
 
     def _take_oom(self, stats: dict[str, Any]) -> None:
         blob = self.client.oom_snapshot()

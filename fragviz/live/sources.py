@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pickle
 import threading
+from contextlib import ExitStack
 from typing import Any, Protocol
 
 from fragviz.metrics import fragmentation
@@ -61,18 +62,22 @@ class SimulatedSource:
 
     def __init__(self, device_memory: int, alloc_conf: str | None, record_history: bool, max_entries: int,
                  root_file: str | None = None) -> None:
-        from fragviz.recorder import SimulatedDevice, mirror_mode
+        from fragviz.recorder import SimulatedDevice
 
         self._oom: bytes | None = None
         self.oom_count = 0  # OOM snapshots taken so far
         self.device = SimulatedDevice(device_memory, alloc_conf, root_file, record=record_history,
                                       max_entries=max_entries, on_oom=self._on_oom)
-        self.mode = mirror_mode(self.device)
+        self._mirroring = ExitStack()
         self._installed_on: int | None = None
 
     def install(self) -> None:
-        """Start mirroring the calling thread's tensors (the thread that runs the workload)."""
-        self.mode.__enter__()
+        """Start mirroring the calling thread's tensors (the thread that runs the workload) and its
+        torch.cuda.empty_cache() calls."""
+        from fragviz.recorder import empty_cache_mirrored, mirror_mode
+
+        self._mirroring.enter_context(mirror_mode(self.device))
+        self._mirroring.enter_context(empty_cache_mirrored(self.device))
         self._installed_on = threading.get_ident()
 
     def _on_oom(self, message: str) -> None:
@@ -114,8 +119,8 @@ class SimulatedSource:
 
     def close(self) -> None:
         self.device.closed = True
-        if self._installed_on == threading.get_ident():
-            self.mode.__exit__(None, None, None)
+        if self._installed_on == threading.get_ident():  # dispatch modes belong to the thread that entered them
+            self._mirroring.close()
             self._installed_on = None
 
 

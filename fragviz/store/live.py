@@ -161,8 +161,10 @@ class LiveReader:
                                    (aid, device)).fetchone()
         return None if row is None else (row[0], [_segment(s) for s in json.loads(row[1])])
 
-    def state_time(self, aid: int) -> float | None:
-        row = self._conn().execute("SELECT max(t) FROM live_state WHERE attachment_id = ?", (aid,)).fetchone()
+    def state_time(self, aid: int, device: int) -> float | None:
+        """When the latest segments of this device were recorded (cheap: the segments are not read)."""
+        row = self._conn().execute("SELECT t FROM live_state WHERE attachment_id = ? AND device = ?",
+                                   (aid, device)).fetchone()
         return row[0] if row else None
 
 

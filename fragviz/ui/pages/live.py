@@ -139,10 +139,11 @@ def _verdict(app_ctx, sid: int | None) -> str:
 
 
 def _state_figures(app_ctx, aid: int, device: int, seen: float | None):
-    state = app_ctx.reader.live.latest_state(aid, device)
-    if state is None or state[0] == seen:
+    """The segment map and gap histogram when the recorded segments changed since `seen`, else no_update."""
+    live = app_ctx.reader.live
+    if live.state_time(aid, device) in (None, seen):
         return no_update, no_update, seen
-    t, segments = state
+    t, segments = live.latest_state(aid, device)
     gaps = [b.size for s in segments for b in s.blocks if b.state.value == "inactive"]
     seg_map = segment_map_figure(segments, lambda _stack: "")
     seg_map.update_layout(title=dict(text=f"segments at {time.strftime('%H:%M:%S', time.localtime(t))}",
