@@ -60,10 +60,7 @@ class AgentClient:
             raise OSError(f"HTTP {exc.code}") from None
 
     def stats(self) -> dict[str, Any]:
-        data = json.loads(self.get(protocol.PATH_STATS))
-        if not isinstance(data, dict) or "devices" not in data or "pid" not in data:
-            raise OSError("not a fragviz agent (no stats object at /v1/stats)")
-        return data
+        return protocol.check_stats(json.loads(self.get(protocol.PATH_STATS)))
 
     def oom_snapshot(self) -> bytes | None:
         try:

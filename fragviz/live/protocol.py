@@ -28,6 +28,7 @@ DEFAULT_RUN_PORT = 9400
 STATS_DEVICE_KEYS = ("device", "allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes",
                      "inactive_split_bytes", "num_alloc_retries", "num_ooms", "device_total_bytes",
                      "device_free_bytes", "nvml_used_bytes", "largest_free_block", "fragmentation", "processes")
+OPTIONAL_DEVICE_KEYS = ("device_total_bytes", "device_free_bytes", "nvml_used_bytes")  # null where unknown
 
 # (stats key, metric name, type, help). Counters end in _total, as the exposition format asks.
 DEVICE_METRICS = (
@@ -53,6 +54,29 @@ AGENT_METRICS = (
     ("cpu_seconds", "fragviz_agent_cpu_seconds_total", "counter", "CPU time spent by the agent's threads"),
     ("errors", "fragviz_agent_errors_total", "counter", "Requests the agent failed to serve"),
 )
+
+
+def check_stats(data: Any) -> dict[str, Any]:
+    """`data` if it is a stats object whose figures fit the store (ints in 0..2**63-1), else ValueError.
+
+    A poller may be pointed at anything listening on a port: it records only what has this shape."""
+    if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
+        raise ValueError("not a fragviz agent: no stats object")
+    if not _is_int(data.get("pid")) or not isinstance(data.get("time"), (int, float)):
+        raise ValueError("not a fragviz agent: the stats object has no pid or time")
+    for dev in data["devices"]:
+        if not isinstance(dev, dict) or not _is_int(dev.get("device")):
+            raise ValueError("not a fragviz agent: a device without its index")
+        for key in STATS_DEVICE_KEYS[1:-2]:
+            if not _is_int(dev.get(key)) and not (key in OPTIONAL_DEVICE_KEYS and dev.get(key) is None):
+                raise ValueError(f"not a fragviz agent: {key} is not a count")
+        if not isinstance(dev.get("fragmentation"), (int, float)) or isinstance(dev.get("fragmentation"), bool):
+            raise ValueError("not a fragviz agent: fragmentation is not a number")
+    return data
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 def render_metrics(stats: dict[str, Any]) -> str:

@@ -74,3 +74,31 @@ def test_the_agent_lingers_until_the_newest_oom_snapshot_is_fetched():
     threading.Thread(target=fetch_later).start()
     a.stop(linger=30)
     assert fetched and fetched[0][:1] == b"\x80"  # stop waited for the fetch (a pickle came back)
+
+
+def test_a_poller_pointed_at_something_else_records_nothing_and_carries_on(tmp_path):
+    import http.server
+
+    class Junk(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = json.dumps({"time": 1.0, "pid": 1, "devices": [{"device": 0, "reserved_bytes": "lots"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Junk)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = f"127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(Exception) as err:
+            AgentClient(target, None).check()
+        assert "no fragviz agent answers there" in str(err.value) and "is not a count" in str(err.value)
+        poller = TargetPoller(str(tmp_path / "s.sqlite"), AgentClient(target, None), 0.05, None)
+        assert poller.poll_once() is False and poller.poll_once() is False
+        assert StoreReader(str(tmp_path / "s.sqlite")).live.samples(poller.attachment_id)["id"] == []
+    finally:
+        server.shutdown()

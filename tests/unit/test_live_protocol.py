@@ -233,3 +233,34 @@ def test_parse_duration_errors_are_one_line_usage_errors(text):
     with pytest.raises(UsageError) as err:
         parse_duration(text)
     assert "\n" not in str(err.value) and "duration" in str(err.value)
+
+
+# -- what a poller accepts as stats ------------------------------------------------------------------------
+
+def _stats(**device):
+    dev = {"device": 0, "allocated_bytes": 1, "reserved_bytes": 2, "active_bytes": 1, "requested_bytes": 1,
+           "inactive_split_bytes": 0, "num_alloc_retries": 0, "num_ooms": 0, "device_total_bytes": None,
+           "device_free_bytes": None, "nvml_used_bytes": None, "largest_free_block": 1, "fragmentation": 0.0,
+           "processes": []}
+    dev.update(device)
+    return {"time": 1.0, "pid": 7, "simulated": True, "devices": [dev], "agent": {"polls": 1, "cpu_seconds": 0.0}}
+
+
+def test_check_stats_accepts_the_agents_object():
+    from fragviz.live.protocol import check_stats
+
+    data = _stats()
+    assert check_stats(data) is data
+
+
+@pytest.mark.parametrize("bad", [
+    [], {"devices": []}, {"time": 1.0, "pid": "7", "devices": []}, {"time": "now", "pid": 7, "devices": []},
+    _stats(reserved_bytes="2"), _stats(reserved_bytes=2**63), _stats(reserved_bytes=-1), _stats(allocated_bytes=None),
+    _stats(num_ooms=True), _stats(fragmentation="0.5"), _stats(device=None), _stats(largest_free_block=1.5),
+])
+def test_check_stats_refuses_what_the_store_could_not_hold(bad):
+    from fragviz.live.protocol import check_stats
+
+    with pytest.raises(ValueError) as err:
+        check_stats(bad)
+    assert "not a fragviz agent" in str(err.value)
