@@ -79,10 +79,7 @@ def _parser() -> argparse.ArgumentParser:
                          "PyTorch records the history; without CUDA the script runs on the CPU and fragviz's "
                          "allocator model serves its tensors as on a CUDA device (the file says so).")
     cap.add_argument("--out", default="snapshot.pickle", help="snapshot file to write (.gz to compress)")
-    cap.add_argument("--device-memory", metavar="SIZE", help="simulated device size (default 16GiB)")
-    cap.add_argument("--alloc-conf", metavar="CONF", help="PYTORCH_CUDA_ALLOC_CONF for the run")
-    cap.add_argument("--simulate", action="store_true", help="simulate even where CUDA is available")
-    cap.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")
+    _workload_arguments(cap)
     cap.set_defaults(run=_cmd_capture)
 
     run = sub.add_parser("run", help="run a Python script with the live agent serving its memory on a port",
@@ -93,13 +90,10 @@ def _parser() -> argparse.ArgumentParser:
                      f"{DEFAULT_RUN_PORT}; 0: any free port)")
     run.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs a token)")
     run.add_argument("--token", help="token clients must send as Authorization: Bearer (default $FRAGVIZ_TOKEN)")
-    run.add_argument("--device-memory", metavar="SIZE", help="simulated device size without CUDA (default 16GiB)")
-    run.add_argument("--alloc-conf", metavar="CONF", help="PYTORCH_CUDA_ALLOC_CONF for the run")
-    run.add_argument("--simulate", action="store_true", help="simulate even where CUDA is available")
     run.add_argument("--max-entries", type=int, default=100_000, help="trace entries kept (a ring buffer)")
     run.add_argument("--linger", type=float, default=10.0, help="seconds to wait at exit for a poller to fetch "
                      "an OOM snapshot (default 10)")
-    run.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
+    _workload_arguments(run)
     run.set_defaults(run=_cmd_run)
 
     att = sub.add_parser("attach", help="record running jobs' live agents into the store",
@@ -123,6 +117,14 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     srv.set_defaults(run=_cmd_serve)
     return p
+
+
+def _workload_arguments(p: argparse.ArgumentParser) -> None:
+    """What `capture` and `run` share: the simulated device, the allocator settings, the script."""
+    p.add_argument("--device-memory", metavar="SIZE", help="simulated device size without CUDA (default 16GiB)")
+    p.add_argument("--alloc-conf", metavar="CONF", help="PYTORCH_CUDA_ALLOC_CONF for the run")
+    p.add_argument("--simulate", action="store_true", help="simulate even where CUDA is available")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
