@@ -168,7 +168,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from fragviz.simulate import follow, parse_size, simulated_snapshot, what_if
+    from fragviz.simulate import follow, simulated_snapshot, what_if
+    from fragviz.units import parse_size
     from fragviz.simulate_text import follow_text, what_if_text
 
     analysis = _analysis_for(args.target, args.db)
@@ -220,7 +221,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     if args.alloc_conf is not None:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = args.alloc_conf  # before CUDA initialises
     from fragviz.recorder import capture
-    from fragviz.simulate import parse_size
+    from fragviz.units import parse_size
 
     memory = parse_size(args.device_memory) if args.device_memory else None
     saved_argv = sys.argv

@@ -11,8 +11,6 @@ from fragviz.allocator.state import snapshot_dict
 from fragviz.analysis import Analysis
 from fragviz.errors import UsageError
 from fragviz.model import OOM
-from fragviz.units import parse_size  # noqa: F401  (the CLI and the what-if page read sizes through here)
-
 
 def follow(analysis: Analysis) -> dict[str, Any]:
     """Follow mode on every device: the `fragviz simulate FILE --json` object."""

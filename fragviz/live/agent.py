@@ -85,6 +85,7 @@ class Agent:
         while self.oom_fetched < self.source.oom_count and time.monotonic() < deadline:
             time.sleep(0.05)
         self._stopped = True
+        atexit.unregister(self.stop)
         self._server.shutdown()
         self._server.server_close()
         self.source.close()

@@ -29,6 +29,7 @@ STATS_DEVICE_KEYS = ("device", "allocated_bytes", "reserved_bytes", "active_byte
                      "inactive_split_bytes", "num_alloc_retries", "num_ooms", "device_total_bytes",
                      "device_free_bytes", "nvml_used_bytes", "largest_free_block", "fragmentation", "processes")
 OPTIONAL_DEVICE_KEYS = ("device_total_bytes", "device_free_bytes", "nvml_used_bytes")  # null where unknown
+COUNT_KEYS = tuple(k for k in STATS_DEVICE_KEYS if k not in ("device", "fragmentation", "processes"))
 
 # (stats key, metric name, type, help). Counters end in _total, as the exposition format asks.
 DEVICE_METRICS = (
@@ -67,7 +68,7 @@ def check_stats(data: Any) -> dict[str, Any]:
     for dev in data["devices"]:
         if not isinstance(dev, dict) or not _is_int(dev.get("device")):
             raise ValueError("not a fragviz agent: a device without its index")
-        for key in STATS_DEVICE_KEYS[1:-2]:
+        for key in COUNT_KEYS:
             if not _is_int(dev.get(key)) and not (key in OPTIONAL_DEVICE_KEYS and dev.get(key) is None):
                 raise ValueError(f"not a fragviz agent: {key} is not a count")
         if not isinstance(dev.get("fragmentation"), (int, float)) or isinstance(dev.get("fragmentation"), bool):

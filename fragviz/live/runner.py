@@ -59,8 +59,8 @@ def run_script(command: list[str], port: int, host: str, token: str | None, devi
 def _announce(agent) -> None:
     ranks = agent.ranks
     who = f"rank {ranks['rank']} (local rank {ranks['local_rank']}), " if ranks["rank"] is not None else ""
-    device = agent.source
-    what = (f"a simulated CUDA device of {format_bytes(device.device.alloc.capacity)} (CPU tensors mirrored into "
-            "fragviz's allocator model)" if device.simulated else "the CUDA caching allocator")
+    source = agent.source
+    what = (f"a simulated CUDA device of {format_bytes(source.capacity)} (CPU tensors mirrored into "
+            "fragviz's allocator model)" if source.simulated else "the CUDA caching allocator")
     print(f"fragviz: live agent for {who}pid {os.getpid()} serving {what} on {agent.url}", file=sys.stderr,
           flush=True)

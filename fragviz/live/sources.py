@@ -44,15 +44,9 @@ def compact_segment(seg: dict[str, Any]) -> dict[str, Any]:
 
 
 def gap_figures(segments: list[dict[str, Any]]) -> tuple[int, int]:
-    """(cached free bytes, largest free block) of compact or PyTorch-format segments."""
-    free = largest = 0
-    for seg in segments:
-        for b in seg.get("blocks", ()):
-            size, state = (b[1], b[3]) if isinstance(b, list) else (b["size"], b["state"])
-            if state == "inactive":
-                free += size
-                largest = max(largest, size)
-    return free, largest
+    """(cached free bytes, largest free block) of PyTorch-format segments."""
+    gaps = [b["size"] for seg in segments for b in seg.get("blocks", ()) if b["state"] == "inactive"]
+    return sum(gaps), max(gaps, default=0)
 
 
 class SimulatedSource:
@@ -70,6 +64,10 @@ class SimulatedSource:
                                       max_entries=max_entries, on_oom=self._on_oom)
         self._mirroring = ExitStack()
         self._installed_on: int | None = None
+
+    @property
+    def capacity(self) -> int:
+        return self.device.alloc.capacity
 
     def install(self) -> None:
         """Start mirroring the calling thread's tensors (the thread that runs the workload) and its

@@ -14,7 +14,8 @@ from fragviz.analysis import analyze
 from fragviz.errors import FragvizError
 from fragviz.lod import per_event, summarise
 from fragviz.model import Snapshot
-from fragviz.simulate import parse_size, recorded_capacity, run_free
+from fragviz.simulate import recorded_capacity, run_free
+from fragviz.units import parse_size
 from fragviz.snapshot.loader import RawSnapshot
 from fragviz.snapshot.parse import parse_snapshot
 from fragviz.ui import figures, ids
