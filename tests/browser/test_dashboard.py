@@ -213,9 +213,6 @@ def test_the_timeline_by_time(page, server):
     body, _ = post_file(server, SMALL)  # this file has time_us on every event
     page.goto(f"{server.url}/snapshots/{body['id']}?device=0&event=10")
     wait_for_plot(page, "timeline")
-    # the page's first callbacks also draw the timeline: a switch made while they are in flight can be
-    # overwritten by their answer (a person clicks later), so switch once they have settled
-    page.wait_for_load_state("networkidle")
     page.click("#timeline-axis input[value=time]")
     title = "document.querySelector('#timeline .js-plotly-plot').layout.xaxis.title.text"
     page.wait_for_function(f"{title} === 'seconds since the first event'")

@@ -219,13 +219,19 @@ def register(app, app_ctx) -> None:
         sites = sites_rows(app_ctx.views.top_sites(sid, segments))
         return sites, figures.icicle_figure(app_ctx.views.stack_weights(sid, segments, limit=60), max_depth=8)
 
+    # The axis switch is a callback of its own: a relayout fired while it is in flight (Plotly reports one
+    # after most redraws) would otherwise supersede its request, and the page would drop the new axis.
+    @app.callback(Output(ids.TIMELINE, "figure", allow_duplicate=True), Input(ids.TIMELINE_AXIS, "value"),
+                  State(ids.SNAPSHOT_URL, "search"), State(ids.SNAPSHOT_URL, "pathname"), prevent_initial_call=True)
+    def switch_axis(axis, search, pathname):
+        sid, device, event, _ = view_of(app_ctx, pathname, search)
+        return timeline(app_ctx, sid, device, event, axis=axis)
+
     @app.callback(Output(ids.TIMELINE, "figure"), Input(ids.TIMELINE, "relayoutData"),
-                  Input(ids.TIMELINE_AXIS, "value"), State(ids.SNAPSHOT_URL, "search"),
+                  State(ids.TIMELINE_AXIS, "value"), State(ids.SNAPSHOT_URL, "search"),
                   State(ids.SNAPSHOT_URL, "pathname"), prevent_initial_call=True)
     def refine_timeline(relayout, axis, search, pathname):
         sid, device, event, n = view_of(app_ctx, pathname, search)
-        if dash_ctx.triggered_id == ids.TIMELINE_AXIS:
-            return timeline(app_ctx, sid, device, event, axis=axis)
         if not relayout:
             return no_update
         if "xaxis.range[0]" in relayout:
