@@ -23,6 +23,8 @@ SAMPLE_FIELDS = (("allocated_bytes", "allocated"), ("requested_bytes", "requeste
                  ("nvml_used_bytes", "nvml_used"), ("largest_free_block", "largest_free"),
                  ("fragmentation", "fragmentation"))
 SAMPLE_COLUMNS = ("id", "t", "device", "pid", "gap") + tuple(c for _, c in SAMPLE_FIELDS)
+_INSERT_SAMPLE = (f"INSERT INTO live_samples (attachment_id, {', '.join(SAMPLE_COLUMNS[1:])}) "
+                  f"VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})")
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,7 @@ class LiveRecorder:
                 for d in stats["devices"]]
 
         def write(c: sqlite3.Connection) -> None:
-            c.executemany(f"INSERT INTO live_samples (attachment_id, {', '.join(SAMPLE_COLUMNS[1:])}) "
-                          f"VALUES ({', '.join('?' * (len(SAMPLE_COLUMNS)))})", rows)
+            c.executemany(_INSERT_SAMPLE, rows)
             c.execute("UPDATE live_attachments SET pid = ?, simulated = ?, rank = ?, last_seen = ? WHERE id = ?",
                       (stats["pid"], int(bool(stats.get("simulated"))), stats.get("rank"), time.time(), aid))
         self._write(write)
