@@ -26,8 +26,18 @@ class StoreError(FragvizError):
     """The timeline store cannot be opened, read or written."""
 
 
+class StoreBusyError(StoreError):
+    """Another writer holds the store past the wait: nothing is wrong with the input, try again."""
+
+    exit_code = 75  # EX_TEMPFAIL
+
+
 class NotFoundError(StoreError):
     """An id or name that the store does not hold."""
+
+
+class LimitError(SnapshotFormatError):
+    """A file past one of fragviz's input limits (fragviz.limits): the message names the limit and how to raise it."""
 
 
 class UsageError(FragvizError):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from fragviz.analysis import analyze
-from fragviz.errors import FragvizError, SnapshotFormatError
+from fragviz.errors import FragvizError, SnapshotFormatError, StoreBusyError
 from fragviz.snapshot.loader import content_hash, decode_bytes
 from fragviz.snapshot.parse import parse_snapshot
 from fragviz.store.writer import find_by_hash, write_analysis
@@ -21,7 +21,7 @@ ProgressFn = Callable[[int, int], None]
 class IngestResult:
     file: str
     id: int | None
-    status: str  # "ingested", "unchanged" or "error"
+    status: str  # "ingested", "unchanged", "error" (the input is bad) or "busy" (the store is: try again)
     error: str | None = None
 
     def as_dict(self) -> dict:
@@ -56,10 +56,16 @@ def _guarded(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, p
     try:
         with gc_paused():
             return _ingest(conn, read, source, phase or (lambda _: None), progress)
+    except StoreBusyError as exc:
+        return IngestResult(source, None, "busy", str(exc))
     except FragvizError as exc:
         return IngestResult(source, None, "error", str(exc))
     except MemoryError:
         return IngestResult(source, None, "error", f"{source}: too large to ingest in the memory available")
+    except sqlite3.OperationalError as exc:
+        if is_busy(exc):
+            return IngestResult(source, None, "busy", f"{source}: the store is busy with another writer; try again")
+        return IngestResult(source, None, "error", f"{source}: the store refused the write ({exc})")
     except sqlite3.Error as exc:
         return IngestResult(source, None, "error", f"{source}: the store refused the write ({exc})")
     except Exception as exc:  # a bug must not take the other files of a batch down, nor leave a partial write
@@ -87,6 +93,11 @@ def _ingest(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, ph
     phase("store")
     sid, new = write_analysis(conn, analysis, digest, size)
     return IngestResult(source, sid, "ingested" if new else "unchanged")
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """True for SQLite's "database is locked" / "busy": another writer held the store past the busy timeout."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
 
 @contextmanager
