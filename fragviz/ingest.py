@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,7 +15,20 @@ from fragviz.snapshot.parse import parse_snapshot
 from fragviz.store.writer import find_by_hash, write_analysis
 
 PhaseFn = Callable[[str], None]
+MAX_NAME = 255
+# Control characters (CR, LF, NUL...), bidirectional overrides, and lone surrogates: never stored in a name
+_UNSAFE_NAME_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 ProgressFn = Callable[[int, int], None]
+
+
+def clean_name(name: str, basename: bool = False) -> str:
+    """A snapshot's stored name: no control characters, at most MAX_NAME characters; an upload's, its base name."""
+    if basename:
+        name = re.split(r"[/\\]", name)[-1]
+    name = _UNSAFE_NAME_CHARS.sub("_", name).strip()
+    if len(name) > MAX_NAME:
+        name = name[: MAX_NAME - 3] + "..."
+    return name or "upload.pickle"
 
 
 @dataclass(frozen=True)
@@ -31,7 +45,7 @@ class IngestResult:
 def ingest_file(conn: sqlite3.Connection, path: str, name: str | None = None, phase: PhaseFn | None = None,
                 progress: ProgressFn | None = None) -> IngestResult:
     """Ingest the file at `path`; errors come back as a result, and leave the store as it was."""
-    source = name or path
+    source = clean_name(name or path)
 
     def read() -> bytes:
         try:
@@ -48,6 +62,7 @@ def ingest_file(conn: sqlite3.Connection, path: str, name: str | None = None, ph
 def ingest_bytes(conn: sqlite3.Connection, data: bytes, source: str, phase: PhaseFn | None = None,
                  progress: ProgressFn | None = None) -> IngestResult:
     """Ingest a snapshot held in memory (an upload) under the name `source`."""
+    source = clean_name(source)
     return _guarded(conn, lambda: data, source, phase, progress)
 
 
