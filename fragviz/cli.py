@@ -110,9 +110,13 @@ def _parser() -> argparse.ArgumentParser:
 
     srv = sub.add_parser("serve", help="serve the dashboard (and its HTTP API) over a store")
     srv.add_argument("--db", help=db_help)
-    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; "
+                     "any address but loopback needs a token)")
     srv.add_argument("--port", type=int, default=8050)
-    srv.add_argument("--token", help="access token for the pages and the API (default $FRAGVIZ_TOKEN)")
+    srv.add_argument("--token", help="access token for the pages and the API (default $FRAGVIZ_TOKEN): send it as "
+                     "Authorization: Bearer TOKEN, or open any page once as ?token=TOKEN")
+    srv.add_argument("--allowed-host", action="append", default=[], metavar="NAME[:PORT]",
+                     help="a name clients reach a non-loopback server by (its Host header); repeatable")
     srv.add_argument("--samples", metavar="DIR", help="ingest these *.pickle.gz into an empty store on start")
     srv.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     srv.set_defaults(run=_cmd_serve)
@@ -264,15 +268,30 @@ def _cmd_attach(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from fragviz.live.protocol import fits_bearer, names_this_machine
+    from fragviz.settings import setting
     from fragviz.ui.factory import create_app
+    from fragviz.ui.guard import request_handler, serve
 
     token = args.token or os.environ.get("FRAGVIZ_TOKEN") or None
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"fragviz: warning: serving on {args.host}: other machines can reach this dashboard"
-              + ("" if token else " and no access token is set (use --token or FRAGVIZ_TOKEN)"), file=sys.stderr)
-    app = create_app(db_path(args.db), token=token, samples=args.samples)
-    print(f"fragviz: serving http://{args.host}:{args.port}/ over {db_path(args.db)}", file=sys.stderr, flush=True)
-    app.run(host=args.host, port=args.port, debug=args.debug, threaded=True)
+    if token is not None and not fits_bearer(token):
+        raise UsageError("the token may hold only letters, digits and -._~+/ (with = at the end), so that it fits "
+                         "an Authorization: Bearer header")
+    if not names_this_machine(args.host) and not token:
+        raise UsageError(f"refusing to serve on {args.host[:80]} without a token: other machines could read and "
+                         "change this dashboard's store (pass --token or set FRAGVIZ_TOKEN, or bind 127.0.0.1)")
+    read_timeout = float(setting("read_timeout"))
+    app = create_app(db_path(args.db), token=token, samples=args.samples, host=args.host,
+                     allowed_hosts=tuple(args.allowed_host))
+    if args.debug:
+        app.run(host=args.host, port=args.port, debug=True, threaded=True, request_handler=request_handler(read_timeout))
+        return 0
+
+    def ready(port: int) -> None:
+        where = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"fragviz: serving http://{where}:{port}/ over {db_path(args.db)}", file=sys.stderr, flush=True)
+
+    serve(app.server, args.host, args.port, read_timeout, ready)
     return 0
 
 

@@ -5,8 +5,9 @@
     agent.stop()
 
 It runs in daemon threads and never disturbs the job: every request is served on its own thread with a
-socket timeout, at most MAX_CONCURRENT at once (503 beyond), and its errors are counted, never raised into
-the job. Standard library, fragviz.live.protocol, lazy torch and fragviz's core only (see sources.py).
+socket timeout, at most MAX_CONCURRENT at once (503 and Retry-After beyond), and its errors are counted, never
+raised into the job. It answers GET only (405 to anything else), to a Host header that names this machine
+when it listens on loopback, with a token only in `Authorization: Bearer`, and logs nothing. Standard library, fragviz.live.protocol, lazy torch and fragviz's core only (see sources.py).
 """
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ class _Server6(_Server):
 def _server_for(host: str, port: int) -> _Server:
     cls = _Server6 if ":" in host else _Server
     try:
-        return cls((host, port), _Handler)
+        return cls((protocol.bind_address(host), port), _Handler)
     except OSError as exc:
         raise AgentError(f"the live agent cannot listen on {host}:{port} ({exc.strerror or exc})") from None
 
@@ -116,6 +117,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the job's stderr is not ours)
         pass
+
+    def _method_not_allowed(self) -> None:
+        # Every endpoint reads: nothing here changes the job, so nothing but GET is taken.
+        body = json.dumps({"error": f"the agent answers GET only, not {self.command[:16]}"}).encode()
+        self.send_response(405)
+        for key, value in (("Allow", "GET"), ("Content-Type", "application/json"),
+                           ("Content-Length", str(len(body))), ("Cache-Control", "no-store")):
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _method_not_allowed  # noqa: N815
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
         agent: Agent = self.server.agent  # type: ignore[attr-defined]
@@ -162,7 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
                                                 protocol.PATH_STATE, protocol.PATH_METRICS]})
 
     def _denied(self, agent: Agent) -> bool:
-        if protocol.is_loopback(agent.host) and not _loopback_host_header(self.headers.get("Host")):
+        if protocol.names_this_machine(agent.host) and not _loopback_host_header(self.headers.get("Host")):
             # a web page's script reaching a loopback agent under a foreign name (DNS rebinding)
             self._send_json(403, {"error": "the Host header must name this machine (localhost or 127.0.0.1)"})
             return True
@@ -195,12 +209,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _loopback_host_header(value: str | None) -> bool:
     if not value:
-        return True  # HTTP/1.0 clients may send none
-    if value.startswith("["):
-        host = value[1:value.find("]")] if "]" in value else value
-    else:
-        host = value.rsplit(":", 1)[0] if value.count(":") == 1 else value
-    return protocol.is_loopback(host)
+        return True  # HTTP/1.0 clients may send none (a browser always does)
+    parsed = protocol.split_host_header(value)
+    return parsed is not None and protocol.names_this_machine(parsed[0])
 
 
 def start_agent(port: int = 0, host: str = "127.0.0.1", token: str | None = None, record_history: bool = True,
@@ -214,7 +225,7 @@ def start_agent(port: int = 0, host: str = "127.0.0.1", token: str | None = None
     loopback needs a `token`. At exit the agent waits up to `linger` seconds for an unfetched OOM snapshot.
     """
     token = token or None  # an empty token protects nothing: treated as none
-    if not protocol.is_loopback(host) and not token:
+    if not protocol.names_this_machine(host) and not token:
         raise AgentError(f"refusing to serve the live agent on {host} without a token: other machines could "
                          "read this job's memory (pass token=..., or --token / FRAGVIZ_TOKEN)")
     source = _source(simulate, record_history, max_entries, device_memory, alloc_conf, root_file)

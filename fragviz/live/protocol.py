@@ -108,12 +108,20 @@ def _number(value: Any) -> str:
     return str(int(value))
 
 
+_TOKEN68 = r"[A-Za-z0-9\-._~+/]+=*"
+
+
 def bearer_token(header: str | None) -> str | None:
     """The token of an `Authorization: Bearer <token>` header (RFC 6750: the scheme is case-insensitive)."""
     if not header:
         return None
-    m = re.fullmatch(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9\-._~+/]+=*) *", header)
+    m = re.fullmatch(rf"[Bb][Ee][Aa][Rr][Ee][Rr] +({_TOKEN68}) *", header)
     return m.group(1) if m else None
+
+
+def fits_bearer(token: str) -> bool:
+    """Whether `token` can be sent as `Authorization: Bearer <token>` (RFC 6750's b64token)."""
+    return re.fullmatch(_TOKEN68, token) is not None
 
 
 def tokens_match(given: str | None, expected: str) -> bool:
@@ -129,6 +137,33 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def names_this_machine(host: str) -> bool:
+    """is_loopback, or `localhost.` (the same name, fully qualified): the names and addresses a server that
+    only this machine may reach can be bound to and called by (in a Host header)."""
+    return is_loopback(host) or host.lower() == "localhost."
+
+
+def bind_address(host: str) -> str:
+    """The address to bind for `host`: `localhost.` is bound as `localhost` (not every resolver knows the
+    fully qualified form)."""
+    return host[:-1] if host.lower() == "localhost." else host
+
+
+_HOST_HEADER = re.compile(r"\[([0-9A-Fa-f:.]+)\](?::(\d{1,5}))?|([A-Za-z0-9.\-_~]+)(?::(\d{1,5}))?")
+
+
+def split_host_header(value: str) -> tuple[str, int | None] | None:
+    """(host, port or None) of a Host header value (RFC 9110: uri-host [ ":" port ]); None if it is not one,
+    so `localhost.evil.example`, `127.0.0.1.nip.io` and `localhost@evil` stay what they are or are refused."""
+    m = _HOST_HEADER.fullmatch(value.strip())
+    if not m:
+        return None
+    host, port = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    if port is not None and not 0 < int(port) < 65536:
+        return None
+    return host, int(port) if port is not None else None
 
 
 def parse_target(text: str) -> tuple[str, int]:

@@ -33,6 +33,7 @@ import sqlite3
 
 from fragviz.errors import StoreError
 from fragviz.replay.engine import CHECKPOINT_EVERY
+from fragviz.settings import setting
 
 SCHEMA_VERSION = 2
 CHUNK_EVENTS = CHECKPOINT_EVERY
@@ -165,7 +166,7 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
             os.makedirs(parent, exist_ok=True)
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
-            conn.execute("PRAGMA busy_timeout=10000")
+            conn.execute(f"PRAGMA busy_timeout={round(float(setting('busy_timeout')) * 1000)}")
             if readonly:
                 check_version(conn, path)
             else:

@@ -1,18 +1,45 @@
-"""The HTTP API on the dashboard's server, for scripts and checks."""
+"""The HTTP API on the dashboard's server, for scripts and checks.
+
+Uploads (POST /api/snapshots: the file as the body, `application/octet-stream` with its name URL-quoted in
+X-Filename, or the multipart field `file`) are streamed to a temporary file in chunks, never held in memory,
+then ingested from it: the size limit (max_upload_size) is counted as the bytes arrive, at most upload_slots
+are received at once (503 and Retry-After beyond, at once), and a client that goes silent is dropped after
+read_timeout (the server's socket timeout: guard.serve). The temporary file is always removed.
+"""
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
-from typing import Any
+from contextlib import contextmanager, suppress
+from typing import Any, BinaryIO, Iterator
 from urllib.parse import unquote
 
-from flask import Blueprint, Flask, jsonify, request
+from flask import Blueprint, Flask, Request, jsonify, request
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.sansio.multipart import Data, Epilogue, Field, File, MultipartDecoder, NeedData
 
-from fragviz.errors import FragvizError, NotFoundError, UsageError
-from fragviz.ingest import ingest_bytes
+from fragviz.errors import FragvizError, NotFoundError, StoreBusyError, UsageError
+from fragviz.ingest import IngestResult, clean_name, ingest_file
 from fragviz.report import report_dict
+from fragviz.settings import setting
 from fragviz.store.reader import StoreReader
 from fragviz.store.schema import connect
+from fragviz.units import format_bytes
+
+CHUNK = 1024 * 1024
+RETRY_AFTER = "5"  # seconds: a slot or the store's lock is usually free again by then
+MAX_REQUEST_BODY = 16 * 1024**2  # any other request's body (Dash's callbacks send a few KiB)
+UPLOAD_FIELD = "file"
+
+
+class UploadRefused(FragvizError):
+    """An upload the server does not take: `status` says why, `retry_after` when to try again."""
+
+    def __init__(self, status: int, message: str, retry_after: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
 
 
 class Writer:
@@ -23,9 +50,148 @@ class Writer:
         self._lock = threading.Lock()
         self._conn = connect(path)
 
-    def ingest(self, data: bytes, name: str):
+    def ingest_file(self, path: str, name: str) -> IngestResult:
         with self._lock:
-            return ingest_bytes(self._conn, data, name)
+            return ingest_file(self._conn, path, name=name)
+
+
+class Uploads:
+    """Receives uploads into temporary files: at most `slots` at once, none larger than `max_size` bytes."""
+
+    def __init__(self, max_size: int, slots: int) -> None:
+        self.max_size = max_size
+        self.slots = slots
+        self._free = threading.BoundedSemaphore(slots) if slots > 0 else None
+
+    @classmethod
+    def from_settings(cls) -> "Uploads":
+        return cls(int(setting("max_upload_size")), int(setting("upload_slots")))
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold one of the slots, or refuse at once (never wait: a waiting upload would hold its connection)."""
+        if self._free is None or not self._free.acquire(blocking=False):
+            raise UploadRefused(503, f"the server is receiving {self.slots} uploads already (upload_slots): "
+                                     "try again shortly", RETRY_AFTER)
+        try:
+            yield
+        finally:
+            self._free.release()
+
+    @contextmanager
+    def received(self, req: Request) -> Iterator[tuple[str, str]]:
+        """(the temporary file holding the upload, its clean base name); the file is removed afterwards."""
+        fd, path = tempfile.mkstemp(prefix="fragviz-upload-", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                name = self._receive(req, out)
+            yield path, clean_name(name, basename=True)
+        finally:
+            with suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def _receive(self, req: Request, out: BinaryIO) -> str:
+        if req.mimetype == "application/octet-stream":
+            # The page sends the file itself as the body (no multipart to parse): the fast path for big files.
+            _write_all(body_chunks(req, self.max_size), out)
+            return unquote(req.headers.get("X-Filename", "upload.pickle"))
+        if req.mimetype == "multipart/form-data":
+            boundary = req.mimetype_params.get("boundary", "").encode("latin-1", "replace")
+            name = receive_multipart(body_chunks(req, self.max_size), boundary, out)
+            if name is not None:
+                return name
+        raise UploadRefused(400, f"send the snapshot as the multipart field '{UPLOAD_FIELD}', or as the body "
+                                 "(Content-Type: application/octet-stream, its name in X-Filename)")
+
+
+def too_large(limit: int) -> UploadRefused:
+    return UploadRefused(413, f"the upload is larger than max_upload_size ({format_bytes(limit)}): raise it with "
+                              "FRAGVIZ_MAX_UPLOAD_SIZE or max_upload_size in fragviz.toml")
+
+
+def body_chunks(req: Request, limit: int) -> Iterator[bytes]:
+    """The request's body in chunks, counted against `limit` as they arrive (with or without Content-Length)."""
+    length = req.content_length
+    if length is not None and length > limit:
+        raise too_large(limit)  # said before a byte of it is read
+    stream = req.environ["wsgi.input"]
+    if length is None and not req.environ.get("wsgi.input_terminated"):
+        length = 0  # neither a length nor chunked: no body
+    return _counted(stream, length, limit)
+
+
+def _counted(stream: BinaryIO, length: int | None, limit: int) -> Iterator[bytes]:
+    received = 0
+    while length is None or received < length:
+        data = _read(stream, CHUNK if length is None else min(CHUNK, length - received))
+        if not data:
+            if length is not None:
+                raise UploadRefused(400, f"the upload ended after {received} of its {length} bytes")
+            return
+        received += len(data)
+        if received > limit:
+            raise too_large(limit)
+        yield data
+
+
+def _read(stream: BinaryIO, size: int) -> bytes:
+    try:
+        return stream.read(size)
+    except TimeoutError:
+        raise UploadRefused(408, "the upload stalled: nothing arrived within read_timeout "
+                                 "(FRAGVIZ_READ_TIMEOUT)") from None
+    except OSError as exc:  # the client went away, or a broken chunked body
+        raise UploadRefused(400, f"the upload broke off ({exc})") from None
+
+
+def _write_all(chunks: Iterator[bytes], out: BinaryIO) -> None:
+    for data in chunks:
+        _write(out, data)
+
+
+def _write(out: BinaryIO, data: bytes) -> None:
+    try:
+        out.write(data)
+    except OSError as exc:
+        raise UploadRefused(507, f"the server could not keep the upload ({exc.strerror or exc})") from None
+
+
+def receive_multipart(chunks: Iterator[bytes], boundary: bytes, out: BinaryIO) -> str | None:
+    """Write the first file in the field UPLOAD_FIELD to `out` as it arrives; its file name, or None if none."""
+    if not boundary:
+        raise UploadRefused(400, "the multipart body names no boundary")
+    # The decoder buffers at most a chunk and a part's headers: fields other than the file are dropped unread.
+    decoder = MultipartDecoder(boundary, max_form_memory_size=2 * CHUNK, max_parts=16)
+    part = _FilePart(out)
+    try:
+        for data in chunks:
+            decoder.receive_data(data)
+            part.take(decoder)
+        decoder.receive_data(None)
+        part.take(decoder)
+    except (ValueError, RequestEntityTooLarge) as exc:
+        raise UploadRefused(400, f"not a multipart body fragviz takes ({str(exc)[:120]})") from None
+    return part.name
+
+
+class _FilePart:
+    """Follows a multipart decoder's events, writing the first file in UPLOAD_FIELD to `out`."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.name: str | None = None
+        self._writing = False
+
+    def take(self, decoder: MultipartDecoder) -> None:
+        event = decoder.next_event()
+        while not isinstance(event, (Epilogue, NeedData)):
+            if isinstance(event, (File, Field)):
+                self._writing = isinstance(event, File) and event.name == UPLOAD_FIELD and self.name is None
+                if self._writing:
+                    self.name = event.filename or "upload.pickle"
+            elif isinstance(event, Data) and self._writing:
+                _write(self.out, event.data)
+            event = decoder.next_event()
 
 
 def snapshot_entry(row) -> dict[str, Any]:
@@ -49,7 +215,16 @@ def state_json(segments, figures, event: int, device: int) -> dict[str, Any]:
                          for s in segments]}
 
 
-def api_blueprint(reader: StoreReader, writer: Writer) -> Blueprint:
+def ingest_answer(result: IngestResult) -> tuple[Any, int, dict[str, str]]:
+    """An ingest result as HTTP: a bad file is 422, a store busy with another writer 503 (try again)."""
+    if result.status == "busy":
+        return jsonify({"error": result.error}), 503, {"Retry-After": RETRY_AFTER}
+    if result.status == "error":
+        return jsonify({"error": result.error}), 422, {}
+    return jsonify({"id": result.id, "status": result.status}), 201 if result.status == "ingested" else 200, {}
+
+
+def api_blueprint(reader: StoreReader, writer: Writer, uploads: Uploads) -> Blueprint:
     bp = Blueprint("api", __name__, url_prefix="/api")
 
     @bp.get("/snapshots")
@@ -58,18 +233,8 @@ def api_blueprint(reader: StoreReader, writer: Writer) -> Blueprint:
 
     @bp.post("/snapshots")
     def upload():
-        if request.mimetype == "application/octet-stream":
-            # The page sends the file itself as the body (no multipart to parse): the fast path for big files.
-            data, name = request.get_data(cache=False), unquote(request.headers.get("X-Filename", "upload.pickle"))
-        else:
-            f = request.files.get("file")
-            if f is None:
-                return jsonify({"error": "send the snapshot as the multipart field 'file'"}), 400
-            data, name = f.read(), f.filename or "upload.pickle"
-        result = writer.ingest(data, os.path.basename(name) or "upload.pickle")
-        if result.status == "error":
-            return jsonify({"error": result.error}), 422
-        return jsonify({"id": result.id, "status": result.status}), 201 if result.status == "ingested" else 200
+        with uploads.slot(), uploads.received(request) as (path, name):
+            return ingest_answer(writer.ingest_file(path, name))
 
     @bp.get("/snapshots/<int:sid>/report")
     def report(sid: int):
@@ -87,14 +252,21 @@ def api_blueprint(reader: StoreReader, writer: Writer) -> Blueprint:
         segments, figures, k = reader.device_state(sid, device, event)
         return jsonify(state_json(segments, figures, k, device))
 
+    @bp.errorhandler(UploadRefused)
+    def upload_refused(exc: UploadRefused):
+        return jsonify({"error": str(exc)}), exc.status, {"Retry-After": exc.retry_after} if exc.retry_after else {}
+
     @bp.errorhandler(FragvizError)
     def fragviz_error(exc: FragvizError):
+        if isinstance(exc, StoreBusyError):
+            return jsonify({"error": str(exc)}), 503, {"Retry-After": RETRY_AFTER}
         status = 404 if isinstance(exc, NotFoundError) else 400 if isinstance(exc, UsageError) else 422
         return jsonify({"error": str(exc)}), status
 
     return bp
 
 
-def install_api(server: Flask, reader: StoreReader, writer: Writer) -> None:
-    server.register_blueprint(api_blueprint(reader, writer))
-    server.config["MAX_CONTENT_LENGTH"] = 4 * 1024**3
+def install_api(server: Flask, reader: StoreReader, writer: Writer, uploads: Uploads | None = None) -> None:
+    server.register_blueprint(api_blueprint(reader, writer, uploads or Uploads.from_settings()))
+    # Uploads read the raw input themselves (counted against max_upload_size); this bounds every other body.
+    server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BODY
