@@ -55,3 +55,9 @@ def parse_duration(text: str) -> float:
     if not m or unit not in _SECONDS or float(m.group(1)) <= 0:
         raise UsageError(f"'{text[:80]}' is not a duration: use a positive number with ms, s, m or h (e.g. 1s, 500ms)")
     return float(m.group(1)) * _SECONDS[unit]
+
+
+def cut(text: str, limit: int = 80) -> str:
+    """`text` on one line and at most `limit` characters: how a bad value is shown in an error message."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

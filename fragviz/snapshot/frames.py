@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fragviz.limits import Limits
 from fragviz.model import NO_STACK, Frame
+from fragviz.snapshot.values import INT64_MIN, INT64_MAX, Values, describe
 
 # PyTorch's viewers hide these frames (torch/cuda/_memory_viz.py and MemoryViz.js use the same lists).
 _INTERNAL_NAMES = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
@@ -35,7 +37,8 @@ class StackInterner:
     off where frames are not shared objects (JSON files) and content keys are all that work.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, values: Values | None = None) -> None:
+        self.values = values or Values("frames", Limits.current(), 0)
         self.frames: list[Frame] = []
         self.stacks: list[tuple[int, ...]] = []
         self._frame_ids: dict[tuple[str, int, str], int] = {}
@@ -44,20 +47,26 @@ class StackInterner:
         self._lookups = 0
         self._hits = 0
 
-    def intern(self, frames: Any) -> int:
+    def intern(self, frames: Any, where: str) -> int:
+        """The stack id of a list of frame dicts (innermost first); `where` names it in errors."""
         if not frames:
             return NO_STACK
+        if not isinstance(frames, list):
+            raise self.values.fail(f"{where} has 'frames' that is {describe(frames)}, not a list")
+        if len(frames) > self.values.limits.max_frames:
+            raise self.values.limits.refuse(self.values.source, "max_frames",
+                                            f"{where} has a stack of {len(frames):,} frames")
         cache = self._by_ends
-        if cache is None or not isinstance(frames, list):
-            return self._intern_content(frames)
+        if cache is None:
+            return self._intern_content(frames, where)
         key = (id(frames[0]), id(frames[-1]), len(frames))
         bucket = cache.get(key)
         if bucket is not None:
             for representative, sid in bucket:
-                if representative == frames:
+                if representative is frames or representative == frames:
                     self._hits += 1
                     return sid
-        sid = self._intern_content(frames)
+        sid = self._intern_content(frames, where)
         self._remember(key, frames, sid)
         return sid
 
@@ -68,8 +77,8 @@ class StackInterner:
             return
         self._by_ends.setdefault(key, []).append((frames, sid))  # type: ignore[union-attr]
 
-    def _intern_content(self, frames: Any) -> int:
-        return self.intern_keys(self._frame_key(f) for f in frames)
+    def _intern_content(self, frames: list, where: str) -> int:
+        return self.intern_keys(self._frame_key(f, where) for f in frames)
 
     def intern_keys(self, keys: Any) -> int:
         """The stack id of (filename, line, name) keys, innermost first (for stacks that are not frame dicts)."""
@@ -83,11 +92,19 @@ class StackInterner:
             self._stack_ids[key] = sid
         return sid
 
-    @staticmethod
-    def _frame_key(f: Any) -> tuple[str, int, str]:
-        if isinstance(f, dict):
-            return (str(f.get("filename", "")), _as_int(f.get("line", 0)), str(f.get("name", "")))
-        return ("", 0, str(f))
+    def _frame_key(self, f: Any, where: str) -> tuple[str, int, str]:
+        if isinstance(f, str):
+            return ("", 0, self.values.text(f, f"{where} frame"))
+        if not isinstance(f, dict):
+            raise self.values.fail(f"{where} has a frame that is {describe(f)}, not a dict")
+        text = self.values.text
+        line = f.get("line")
+        if line is not None:
+            line = self.values.integer(line, f"{where} frame 'line'", -(1 << 64), 1 << 64)
+        # PyTorch writes an unknown line of a C++ frame as SIZE_MAX: unknown, 0 here
+        return (text(f.get("filename") or "", f"{where} frame 'filename'"),
+                line if line is not None and INT64_MIN <= line <= INT64_MAX else 0,
+                text(f.get("name") or "", f"{where} frame 'name'"))
 
     def _frame_id(self, key: tuple[str, int, str]) -> int:
         fid = self._frame_ids.get(key)
@@ -97,10 +114,3 @@ class StackInterner:
             self._frame_ids[key] = fid
         return fid
 
-
-def _as_int(v: Any) -> int:
-    try:
-        v = int(v)
-    except (TypeError, ValueError, OverflowError):
-        return 0
-    return v if -(1 << 63) <= v < (1 << 63) else 0

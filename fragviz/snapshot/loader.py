@@ -2,24 +2,25 @@
 
 A snapshot is plain data (dicts, lists, strings, numbers, one kind of tuple), so the unpickler here
 refuses every global: a file that names `os.system`, `builtins.eval` or any class is rejected before a
-single object is built from it. Gzip is decompressed with a ratio guard against decompression bombs.
+single object is built from it. Gzip is inflated member by member under a ratio and an absolute cap that
+apply from the first byte (fragviz.limits); what the payload may hold is checked by the parser.
 """
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import os
 import pickle
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from fragviz.errors import SnapshotFormatError
+from fragviz.limits import Limits
+from fragviz.units import cut
 
-# A real snapshot pickle compresses 5-30x; a stream that inflates past this ratio (once past the floor) is
-# a decompression bomb, not a snapshot.
-MAX_INFLATE_RATIO = 200
-INFLATE_FLOOR = 64 * 1024 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
 # Opcodes a protocol 0 or 1 pickle of a dict or list (or a hostile one) can start with.
 _OLD_PROTOCOL_STARTS = (b"(", b"]", b"}", b"c", b"i", b"R")
@@ -42,6 +43,7 @@ class RawSnapshot:
     pickle_protocol: int | None
     content_hash: str
     file_size: int
+    payload_size: int = 0  # bytes after decompression: what the unpickler or JSON parser read
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
@@ -54,17 +56,28 @@ class _RestrictedUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("refuses persistent ids")
 
 
-def read_raw(path: str, name: str | None = None) -> RawSnapshot:
+def read_raw(path: str, name: str | None = None, limits: Limits | None = None) -> RawSnapshot:
     """Read the file at `path` and decode it to plain data."""
     source = name or path
+    limits = limits or Limits.current()
+    return decode_bytes(read_file(path, source, limits), source, limits=limits)
+
+
+def read_file(path: str, source: str, limits: Limits) -> bytes:
+    """The bytes of a snapshot file, refused unread when it is larger than max_file_size."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
+            size = os.fstat(fh.fileno()).st_size
+            if size > limits.max_file_size:
+                raise limits.refuse(source, "max_file_size", f"is {size:,} bytes")
+            data = fh.read(limits.max_file_size + 1)
     except IsADirectoryError:
         raise SnapshotFormatError(source, "is a directory, not a snapshot file") from None
     except OSError as exc:
         raise SnapshotFormatError(source, f"cannot be read ({exc.strerror or exc})") from None
-    return decode_bytes(data, source)
+    if len(data) > limits.max_file_size:  # a file that grew while read, or a device with no size
+        raise limits.refuse(source, "max_file_size", f"is over {limits.max_file_size:,} bytes")
+    return data
 
 
 def content_hash(data: bytes) -> str:
@@ -72,26 +85,29 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def decode_bytes(data: bytes, source: str, digest: str | None = None) -> RawSnapshot:
+def decode_bytes(data: bytes, source: str, digest: str | None = None, limits: Limits | None = None) -> RawSnapshot:
     """Decode file bytes (pickle, gzip-compressed pickle or JSON) to plain data."""
     if not data:
         raise SnapshotFormatError(source, "is empty")
+    limits = limits or Limits.current()
+    if len(data) > limits.max_file_size:
+        raise limits.refuse(source, "max_file_size", f"is {len(data):,} bytes")
     digest = digest or content_hash(data)
     size = len(data)
     compression = None
-    if data[:2] == b"\x1f\x8b":
+    if data[:2] == GZIP_MAGIC:
         compression = "gzip"
-        data = _gunzip(data, source)
+        data = gunzip(data, source, limits)
         if not data:
             raise SnapshotFormatError(source, "is an empty gzip stream")
     content, encoding, protocol = _decode_payload(data, source)
-    return RawSnapshot(source, content, encoding, compression, protocol, digest, size)
+    return RawSnapshot(source, content, encoding, compression, protocol, digest, size, len(data))
 
 
 def _decode_payload(data: bytes, source: str) -> tuple[Any, str, int | None]:
     head = data[:16].lstrip()
     if data[:1] == b"\x80":
-        return _unpickle(data, source), "pickle", data[1]
+        return _unpickle(data, source), "pickle", data[1] if len(data) > 1 else None
     if head[:1] in (b"{", b"["):
         return _parse_json(data, source), "json", None
     if data[:1] in _OLD_PROTOCOL_STARTS:  # protocols 0 and 1 have no PROTO opcode
@@ -100,51 +116,81 @@ def _decode_payload(data: bytes, source: str) -> tuple[Any, str, int | None]:
 
 
 def _unpickle(data: bytes, source: str) -> Any:
-    if data[:1] == b"\x80" and not 0 <= data[1] <= pickle.HIGHEST_PROTOCOL:
-        raise SnapshotFormatError(source, f"uses unknown pickle protocol {data[1]}")
+    if data[:1] == b"\x80" and (len(data) < 2 or not 0 <= data[1] <= pickle.HIGHEST_PROTOCOL):
+        raise SnapshotFormatError(source, f"uses unknown pickle protocol {data[1] if len(data) > 1 else '(none given)'}")
     try:
         return _RestrictedUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
-        msg = str(exc)
+        msg = cut(str(exc))
         if msg.startswith("refuses"):
             raise SnapshotFormatError(source, f"is not plain snapshot data: the pickle {msg}") from None
         raise SnapshotFormatError(source, f"is a corrupt pickle ({msg})") from None
     except EOFError:
         raise SnapshotFormatError(source, "is truncated: the pickle ends before its STOP opcode") from None
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as exc:
-        raise SnapshotFormatError(source, f"is a corrupt pickle ({type(exc).__name__}: {exc})") from None
     except MemoryError:
         raise SnapshotFormatError(source, "needs more memory to unpickle than is available") from None
     except RecursionError:
         raise SnapshotFormatError(source, "is nested too deeply to be a snapshot") from None
+    except Exception as exc:  # noqa: BLE001  any other failure of the decoder on untrusted bytes is a bad file
+        raise SnapshotFormatError(source, f"is a corrupt pickle ({type(exc).__name__}: {cut(str(exc))})") from None
 
 
 def _parse_json(data: bytes, source: str) -> Any:
     try:
         return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SnapshotFormatError(source, f"is not valid JSON ({exc})") from None
     except RecursionError:
         raise SnapshotFormatError(source, "is nested too deeply to be a snapshot") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more digits than Python reads
+        raise SnapshotFormatError(source, f"is not valid JSON ({cut(str(exc))})") from None
 
 
-def _gunzip(data: bytes, source: str) -> bytes:
-    limit = max(INFLATE_FLOOR, len(data) * MAX_INFLATE_RATIO)
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = bytearray(inflater.decompress(data, 64))  # the head first: refuse a non-snapshot at once
-        _check_inflated_head(bytes(out), source)
-        while inflater.unconsumed_tail:
-            out += inflater.decompress(inflater.unconsumed_tail, _CHUNK * 16)
-            if len(out) > limit:
-                raise SnapshotFormatError(
-                    source, f"inflates past {MAX_INFLATE_RATIO}x its size: a decompression bomb, not a snapshot")
-        out += inflater.flush()
-    except zlib.error as exc:
-        raise SnapshotFormatError(source, f"is a corrupt or truncated gzip stream ({exc})") from None
-    if not inflater.eof:
-        raise SnapshotFormatError(source, "is a truncated gzip stream")
+def gunzip(data: bytes, source: str, limits: Limits) -> bytes:
+    """Inflate a gzip file, every member of it, in bounded time and memory.
+
+    The gzip format allows several members one after another (the content is theirs joined) and zero
+    bytes after the last (padding); anything else after it is an error. The output may not pass
+    max_inflate_ratio times the file's size, from the first byte on, nor max_inflated_size.
+    """
+    by_ratio = len(data) * limits.max_inflate_ratio
+    cap = min(by_ratio, limits.max_inflated_size)
+    out = bytearray()
+    rest = memoryview(data)
+    while rest:
+        if bytes(rest[:2]) != GZIP_MAGIC:
+            if not bytes(rest).strip(b"\0"):
+                break  # zero padding after the last member, as gzip(1) allows
+            raise SnapshotFormatError(source, f"has {len(rest):,} bytes after its gzip stream that are not "
+                                              "another gzip member")
+        rest = _inflate_member(rest, out, cap, source)
+        if len(out) > cap and cap == by_ratio:
+            raise limits.refuse(source, "max_inflate_ratio", f"inflates past {limits.max_inflate_ratio}x its "
+                                                             "size: a decompression bomb, not a snapshot")
+        if len(out) > cap:
+            raise limits.refuse(source, "max_inflated_size", f"inflates past {cap:,} bytes")
+    _check_inflated_head(bytes(out[:64]), source)
     return bytes(out)
+
+
+def _inflate_member(data: memoryview, out: bytearray, cap: int, source: str) -> memoryview:
+    """Inflate the gzip member at the start of `data` onto `out`, stopping once `out` passes `cap`; the rest.
+
+    Each step either consumes input or produces output (else the stream is truncated), so it ends.
+    """
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    pending = data
+    try:
+        while not inflater.eof and len(out) <= cap:
+            before = len(out)
+            out += inflater.decompress(pending, _CHUNK)
+            if before < 64 <= len(out):
+                _check_inflated_head(bytes(out[:64]), source)  # refuse a non-snapshot before inflating it all
+            tail = inflater.unconsumed_tail
+            if not inflater.eof and len(out) == before and len(tail) >= len(pending):
+                raise SnapshotFormatError(source, "is a truncated gzip stream")
+            pending = tail
+    except zlib.error as exc:
+        raise SnapshotFormatError(source, f"is a corrupt or truncated gzip stream ({cut(str(exc))})") from None
+    return memoryview(inflater.unused_data) if inflater.eof else memoryview(b"")
 
 
 def _check_inflated_head(head: bytes, source: str) -> None:

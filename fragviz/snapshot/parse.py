@@ -7,43 +7,66 @@ everything up to 1.13); 2.0, whose blocks carry `history` and no `address`; 2.1+
 """
 from __future__ import annotations
 
+import array
 from typing import Any
 
 import numpy as np
 
 from fragviz.errors import SnapshotFormatError
+from fragviz.limits import Limits
 from fragviz.model import (ACTIONS, NO_STACK, NO_STRING, NO_TIME, PROVENANCE_KEY, Block, BlockState, FormatInfo,
                            Segment, Snapshot, Trace)
 from fragviz.snapshot.frames import StackInterner
 from fragviz.snapshot.loader import RawSnapshot
+from fragviz.snapshot.values import INT64_MAX, INT64_MIN, Values, describe
 
 _STATES = {s.value: s for s in BlockState}
 _STATES["active_awaiting_free"] = BlockState.ACTIVE_PENDING_FREE  # the name in _snapshot's docstring
 SMALL_SEGMENT = 2 * 1024 * 1024
+MAX_DEVICES = 128  # c10::DeviceIndex is an int8_t
+MAX_UNKNOWN_ACTIONS = 64
+# A trace event, segment or block is a dict of at least three fields: even with every key memoized it takes
+# more than this many bytes of pickle. Records that take fewer are shared references to one object.
+MIN_RECORD_BYTES = 8
+MAX_WARNINGS = 200
 
 
 class _Context:
     """What one parse accumulates: interned stacks and strings, warnings, format markers."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, limits: Limits, payload_size: int) -> None:
         self.source = source
-        self.interner = StackInterner()
+        self.limits = limits
+        self.payload_size = payload_size
+        self.values = Values(source, limits, payload_size)
+        self.interner = StackInterner(self.values)
         self.strings: list[str] = []
         self._string_ids: dict[str, int] = {}
-        self.warnings: list[str] = []
+        self._warnings: dict[str, None] = {}
+        self._more_warnings = 0
         self.features: set[str] = set()
+        self.blocks = 0
 
     def warn(self, message: str) -> None:
-        if message not in self.warnings:
-            self.warnings.append(message)
+        if message in self._warnings:
+            return
+        if len(self._warnings) < MAX_WARNINGS:
+            self._warnings[message] = None
+        else:
+            self._more_warnings += 1
+
+    @property
+    def warnings(self) -> list[str]:
+        more = [f"... and {self._more_warnings:,} more warnings like these"] if self._more_warnings else []
+        return list(self._warnings) + more
 
     def fail(self, problem: str) -> SnapshotFormatError:
         return SnapshotFormatError(self.source, problem)
 
-    def string_id(self, value: Any) -> int:
+    def string_id(self, value: Any, where: str) -> int:
         if value is None:
             return NO_STRING
-        value = str(value)
+        value = self.values.text(value, where)
         sid = self._string_ids.get(value)
         if sid is None:
             sid = self._string_ids[value] = len(self.strings)
@@ -51,11 +74,12 @@ class _Context:
         return sid
 
 
-def parse_snapshot(raw: RawSnapshot) -> Snapshot:
+def parse_snapshot(raw: RawSnapshot, limits: Limits | None = None) -> Snapshot:
     """Check raw data against the snapshot format and build the model; raise SnapshotFormatError if it is none."""
-    ctx = _Context(raw.source)
+    ctx = _Context(raw.source, limits or Limits.current(), raw.payload_size or raw.file_size)
     segments_data, traces_data, settings, annotations = _top_level(raw.data, ctx)
     provenance = _provenance(raw.data, ctx)
+    _check_counts(segments_data, traces_data, ctx)
     segments = tuple(_parse_segment(d, i, ctx) for i, d in enumerate(segments_data))
     traces = {dev: _parse_trace(dev, entries, ctx) for dev, entries in enumerate(traces_data)}
     _check_devices(segments, traces, ctx)
@@ -71,6 +95,7 @@ def _provenance(data: Any, ctx: _Context) -> dict | None:
     value = data.get(PROVENANCE_KEY) if isinstance(data, dict) else None
     if not isinstance(value, dict):
         return None
+    value = ctx.values.plain(value, PROVENANCE_KEY)
     origin = value.get("origin")
     if origin == "synthetic":
         ctx.warn("this snapshot was made by fragviz's synthetic workload generator, not recorded by PyTorch")
@@ -95,6 +120,8 @@ def _top_level(data: Any, ctx: _Context) -> tuple[list, list, dict | None, list 
         raise ctx.fail("is not a PyTorch memory snapshot: 'segments' is not a list")
     if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
         raise ctx.fail("is not a PyTorch memory snapshot: 'device_traces' is not a list of lists")
+    if len(traces) > MAX_DEVICES:
+        raise ctx.fail(f"has {len(traces):,} device traces; PyTorch has at most {MAX_DEVICES} devices")
     settings = data.get("allocator_settings")
     annotations = data.get("external_annotations")
     if settings is not None and not isinstance(settings, dict):
@@ -103,6 +130,8 @@ def _top_level(data: Any, ctx: _Context) -> tuple[list, list, dict | None, list 
     if annotations is not None and not isinstance(annotations, list):
         ctx.warn("external_annotations is not a list; ignored")
         annotations = None
+    settings = _allocator_settings(settings, ctx) if settings is not None else None
+    annotations = ctx.values.plain(annotations, "external_annotations") if annotations is not None else None
     for key, feature in (("allocator_settings", "allocator_settings"), ("external_annotations",
                                                                          "external_annotations")):
         if key in data:
@@ -110,13 +139,58 @@ def _top_level(data: Any, ctx: _Context) -> tuple[list, list, dict | None, list 
     return segments, traces, settings, annotations
 
 
-def _int_field(d: dict, key: str, where: str, ctx: _Context, default: int | None = None) -> int:
+# Known allocator_settings keys and the types PyTorch writes them with (format reference A.9)
+_SETTING_TYPES: dict[str, tuple[type, ...]] = {
+    "PYTORCH_CUDA_ALLOC_CONF": (str,), "max_split_size": (int,), "max_non_split_rounding_size": (int,),
+    "garbage_collection_threshold": (int, float), "expandable_segments": (bool, int),
+    "release_lock_on_cudamalloc": (bool, int), "pinned_use_host_register": (bool, int),
+    "pinned_num_register_threads": (int,), "roundup_power2_divisions": (dict, list),
+    "per_process_memory_fraction": (int, float, type(None)),
+}
+
+
+def _allocator_settings(settings: dict, ctx: _Context) -> dict:
+    settings = ctx.values.plain(settings, "allocator_settings")
+    for key, types in _SETTING_TYPES.items():
+        if key in settings and (not isinstance(settings[key], types)
+                                or isinstance(settings[key], bool) and bool not in types):
+            raise ctx.fail(f"allocator_settings has '{key}' = {describe(settings[key])}, not "
+                           f"{' or '.join(t.__name__ for t in types if t is not type(None))}")
+    for key in ("max_split_size", "max_non_split_rounding_size", "pinned_num_register_threads"):
+        if key in settings:
+            ctx.values.integer(settings[key], f"allocator_settings '{key}'", -1, INT64_MAX)
+    threshold = settings.get("garbage_collection_threshold", 0)
+    if not 0 <= threshold <= 1:
+        raise ctx.fail(f"allocator_settings has 'garbage_collection_threshold' = {describe(threshold)}, "
+                       "not a fraction in [0, 1]")
+    divisions = settings.get("roundup_power2_divisions")
+    values = divisions.values() if isinstance(divisions, dict) else divisions or ()
+    for v in values:
+        ctx.values.integer(v, "allocator_settings 'roundup_power2_divisions'", 0, INT64_MAX)
+    return settings
+
+
+def _check_counts(segments_data: list, traces_data: list, ctx: _Context) -> None:
+    """Refuse, before anything walks them, records past the limits or too many for the bytes they came in."""
+    limits = ctx.limits
+    events = sum(map(len, traces_data))
+    if len(segments_data) > limits.max_segments:
+        raise limits.refuse(ctx.source, "max_segments", f"has {len(segments_data):,} segments")
+    if events > limits.max_events:
+        raise limits.refuse(ctx.source, "max_events", f"has {events:,} trace events")
+    records = events + len(segments_data)
+    if records * MIN_RECORD_BYTES > ctx.payload_size:
+        raise ctx.fail(f"holds {records:,} trace events and segments in {ctx.payload_size:,} bytes: fewer than "
+                       f"{MIN_RECORD_BYTES} bytes each, so they are shared references to a few objects, which no "
+                       "snapshot holds")
+
+
+def _int_field(d: dict, key: str, where: str, ctx: _Context, default: int | None = None,
+               low: int = 0, high: int = INT64_MAX) -> int:
     v = d.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int):
-        if v is None:
-            raise ctx.fail(f"{where} has no '{key}'")
-        raise ctx.fail(f"{where} has a non-integer '{key}' ({v!r})")
-    return v
+    if v is None:
+        raise ctx.fail(f"{where} has no '{key}'")
+    return ctx.values.integer(v, f"{where} '{key}'", low, high)
 
 
 def _parse_segment(d: Any, index: int, ctx: _Context) -> Segment:
@@ -125,11 +199,10 @@ def _parse_segment(d: Any, index: int, ctx: _Context) -> Segment:
         raise ctx.fail(f"is not a PyTorch memory snapshot: {where} is a {type(d).__name__}, not a dict")
     address = _int_field(d, "address", where, ctx)
     total = _int_field(d, "total_size", where, ctx)
-    if total < 0 or address < 0:
-        raise ctx.fail(f"{where} has a negative address or size")
     blocks_data = d.get("blocks", [])
     if not isinstance(blocks_data, list):
         raise ctx.fail(f"{where} has 'blocks' that is not a list")
+    _count_blocks(len(blocks_data), ctx)
     blocks = _parse_blocks(blocks_data, address, where, ctx)
     covered = sum(b.size for b in blocks)
     if blocks and covered != total:
@@ -143,10 +216,19 @@ def _parse_segment(d: Any, index: int, ctx: _Context) -> Segment:
     if frames:
         ctx.features.add("segment_frames")
     return Segment(
-        device=_int_field(d, "device", where, ctx, 0), address=address, total_size=total,
-        stream=_int_field(d, "stream", where, ctx, 0), pool=pool, blocks=blocks,
-        pool_id=_pool_id(d.get("segment_pool_id")), is_expandable=_opt_bool(d.get("is_expandable")),
-        stack=ctx.interner.intern(frames) if isinstance(frames, list) else NO_STACK)
+        device=_int_field(d, "device", where, ctx, 0, 0, MAX_DEVICES - 1), address=address, total_size=total,
+        stream=_int_field(d, "stream", where, ctx, 0, INT64_MIN), pool=pool, blocks=blocks,
+        pool_id=_pool_id(d.get("segment_pool_id"), where, ctx), is_expandable=_opt_bool(d.get("is_expandable")),
+        stack=ctx.interner.intern(frames, where) if frames is not None else NO_STACK)
+
+
+def _count_blocks(n: int, ctx: _Context) -> None:
+    ctx.blocks += n
+    if ctx.blocks > ctx.limits.max_blocks:
+        raise ctx.limits.refuse(ctx.source, "max_blocks", f"has over {ctx.limits.max_blocks:,} blocks")
+    if ctx.blocks * MIN_RECORD_BYTES > ctx.payload_size:
+        raise ctx.fail(f"holds {ctx.blocks:,} blocks in {ctx.payload_size:,} bytes: fewer than {MIN_RECORD_BYTES} "
+                       "bytes each, so they are shared references to a few objects, which no snapshot holds")
 
 
 def _parse_blocks(blocks_data: list, seg_address: int, seg_where: str, ctx: _Context) -> tuple[Block, ...]:
@@ -157,23 +239,24 @@ def _parse_blocks(blocks_data: list, seg_address: int, seg_where: str, ctx: _Con
         if not isinstance(b, dict):
             raise ctx.fail(f"{where} is a {type(b).__name__}, not a dict")
         size = _int_field(b, "size", where, ctx)
-        if size < 0:
-            raise ctx.fail(f"{where} has a negative size")
         if "address" in b:
             address = _int_field(b, "address", where, ctx)
             if address != running:
                 ctx.warn(f"{seg_where}: block {j} at {address:#x} does not follow the block before it")
         else:
             address = running  # 2.0 blocks: the segment address plus the sizes of the blocks before
+            if address > INT64_MAX:
+                raise ctx.fail(f"{where}: the sizes of the blocks before it run past the 64-bit address range")
         running = address + size
         blocks.append(_block(b, address, size, where, ctx))
     return tuple(blocks)
 
 
 def _block(b: dict, address: int, size: int, where: str, ctx: _Context) -> Block:
-    state = _STATES.get(b.get("state"))
+    raw_state = b.get("state")
+    state = _STATES.get(raw_state) if isinstance(raw_state, str) else None
     if state is None:
-        raise ctx.fail(f"{where} has an unknown state {b.get('state')!r}")
+        raise ctx.fail(f"{where} has an unknown state {describe(raw_state)}")
     history = b.get("history")
     frames = b.get("frames")
     requested = b.get("requested_size")
@@ -183,15 +266,16 @@ def _block(b: dict, address: int, size: int, where: str, ctx: _Context) -> Block
             frames = frames or history[0].get("frames")
             if requested is None:
                 requested = history[0].get("real_size")
-    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 0:
+    if isinstance(requested, bool) or not isinstance(requested, int) or not 0 <= requested <= INT64_MAX:
         requested = size
-    stack = ctx.interner.intern(frames) if isinstance(frames, list) else NO_STACK
+    stack = ctx.interner.intern(frames, where) if frames is not None else NO_STACK
     return Block(address, size, requested, state, stack)
 
 
-def _pool_id(v: Any) -> tuple[int, int] | None:
+def _pool_id(v: Any, where: str, ctx: _Context) -> tuple[int, int] | None:
     if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) for x in v):
-        return (int(v[0]), int(v[1]))
+        return (ctx.values.integer(v[0], f"{where} 'segment_pool_id'", 0, INT64_MAX),
+                ctx.values.integer(v[1], f"{where} 'segment_pool_id'", INT64_MIN, INT64_MAX))
     return None
 
 
@@ -208,24 +292,22 @@ def _parse_trace(device: int, entries: list, ctx: _Context) -> Trace:
 
 
 def _trace_columns(device: int, entries: list, ctx: _Context) -> Trace:
-    # Comprehensions per column: several times faster than one loop over millions of entries.
+    # Comprehensions per column: several times faster than one loop over millions of entries. The int64
+    # columns go through array('q'), which takes Python ints in the int64 range and nothing else.
     names = list(ACTIONS)
     code_of = {a: i for i, a in enumerate(names)}
     actions = [e["action"] for e in entries]
     codes = list(map(code_of.get, actions))
     if None in codes:
-        for a in set(actions) - set(code_of):
-            code_of[a] = len(names)
-            names.append(str(a))
-            ctx.warn(f"device {device}'s trace has an action fragviz does not know: {a!r} (kept, not replayed)")
+        _add_unknown_actions(device, actions, code_of, names, ctx)
         codes = list(map(code_of.__getitem__, actions))
-    n = len(entries)
     addr = [e["addr"] if "addr" in e else e.get("device_free", 0) for e in entries]
     size = [e["size"] for e in entries]
     stream = [e.get("stream", 0) for e in entries]
     times = [e.get("time_us", NO_TIME) for e in entries]
+    where = f"device {device}'s trace"
     intern = ctx.interner.intern
-    stacks = [intern(e.get("frames")) for e in entries]
+    stacks = [intern(e.get("frames"), where) for e in entries]
     compile_ctx = _optional_strings(entries, "compile_context", ctx)
     metadata = _optional_strings(entries, "user_metadata", ctx)
     trace = Trace(
@@ -233,13 +315,29 @@ def _trace_columns(device: int, entries: list, ctx: _Context) -> Trace:
         stream=_int64(stream), time_us=_int64(times), stack=np.array(stacks, np.int32),
         compile_context=compile_ctx, user_metadata=metadata, action_names=tuple(names))
     _note_trace_features(trace, entries, ctx)
-    if n and (trace.size < 0).any():
-        raise ctx.fail(f"device {device}'s trace has an entry with a negative size")
+    for column, key in ((trace.addr, "addr"), (trace.size, "size")):
+        if len(trace) and column.min() < 0:
+            i = int(np.argmax(column < 0))
+            raise ctx.fail(f"{where} entry {i} has a negative '{key}' ({int(column[i])})")
     return trace
 
 
+def _add_unknown_actions(device: int, actions: list, code_of: dict, names: list, ctx: _Context) -> None:
+    for i, a in enumerate(actions):
+        if a in code_of:
+            continue
+        if not isinstance(a, str):
+            raise ctx.fail(f"device {device}'s trace entry {i} has an action that is {describe(a)}, not a string")
+        if len(names) >= len(ACTIONS) + MAX_UNKNOWN_ACTIONS:
+            raise ctx.fail(f"device {device}'s trace has more than {MAX_UNKNOWN_ACTIONS} actions fragviz does "
+                           "not know: it is not a PyTorch trace")
+        code_of[a] = len(names)
+        names.append(ctx.values.text(a, f"device {device}'s trace entry {i} 'action'"))
+        ctx.warn(f"device {device}'s trace has an action fragviz does not know: {describe(a)} (kept, not replayed)")
+
+
 def _int64(values: list) -> np.ndarray:
-    return np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
+    return np.frombuffer(array.array("q", values), np.int64) if values else np.zeros(0, np.int64)
 
 
 def _optional_strings(entries: list, key: str, ctx: _Context) -> np.ndarray:
@@ -247,7 +345,7 @@ def _optional_strings(entries: list, key: str, ctx: _Context) -> np.ndarray:
         return np.full(len(entries), NO_STRING, np.int32)
     ctx.features.add(key)
     sid = ctx.string_id
-    return np.array([sid(e.get(key)) for e in entries], np.int32)
+    return np.array([sid(e.get(key), key) for e in entries], np.int32)
 
 
 def _note_trace_features(trace: Trace, entries: list, ctx: _Context) -> None:
@@ -260,22 +358,19 @@ def _note_trace_features(trace: Trace, entries: list, ctx: _Context) -> None:
 
 
 def _find_bad_entry(device: int, entries: list, ctx: _Context) -> None:
+    """Raise the error that names the first bad entry and field (the fast path only knows one is bad)."""
     for i, e in enumerate(entries):
         where = f"device {device}'s trace entry {i}"
         if not isinstance(e, dict):
-            raise ctx.fail(f"{where} is a {type(e).__name__}, not a dict")
+            raise ctx.fail(f"{where} is {describe(e)}, not a dict")
         if not isinstance(e.get("action"), str):
-            raise ctx.fail(f"{where} has no action")
-        for key in ("addr", "size", "stream", "time_us", "device_free"):
-            v = e.get(key, 0)
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ctx.fail(f"{where} has a non-integer '{key}' ({v!r})")
-            if not -(1 << 63) <= v < (1 << 63):
-                raise ctx.fail(f"{where} has '{key}' out of the 64-bit range")
+            raise ctx.fail(f"{where} has no action" if "action" not in e else
+                           f"{where} has an action that is {describe(e['action'])}, not a string")
         if "size" not in e:
-            raise ctx.fail(f"{where} has no size")
-        if not isinstance(e.get("frames", []), list):
-            raise ctx.fail(f"{where} has 'frames' that is not a list")
+            raise ctx.fail(f"{where} has no 'size'")
+        for key in ("addr", "size", "stream", "time_us", "device_free"):
+            if key in e:
+                ctx.values.integer(e[key], f"{where} '{key}'", INT64_MIN, INT64_MAX)
 
 
 def _check_devices(segments: tuple[Segment, ...], traces: dict[int, Trace], ctx: _Context) -> None:

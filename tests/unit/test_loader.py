@@ -117,7 +117,7 @@ def test_truncated_pickle(tmp_path):
     ({"weights": [1, 2]}, "no 'segments' or 'device_traces'"),
     ({"segments": "nope"}, "'segments' is not a list"),
     ({"segments": [{"address": 1}]}, "segment 0 has no 'total_size'"),
-    ({"segments": [], "device_traces": [[{"action": "alloc", "addr": "x", "size": 1}]]}, "non-integer 'addr'"),
+    ({"segments": [], "device_traces": [[{"action": "alloc", "addr": "x", "size": 1}]]}, "'addr' is 'x', not an integer"),
 ])
 def test_pickles_of_things_that_are_not_snapshots(tmp_path, data, expected):
     path = write_pickle(str(tmp_path / "other.pickle"), data)
