@@ -114,7 +114,7 @@ class _Checker:
         elif "\n" in text or "\r" in text:
             self.failures.append(Failure("bad-message", step, name or "multi-line", where, _short(text)))
         elif len(text) > MAX_MESSAGE:
-            self.failures.append(Failure("bad-message", step, name or f"{len(text)} chars", where, _short(text)))
+            self.failures.append(Failure("bad-message", step, name or "too-long", where, f"{len(text)} chars: " + _short(text)))
 
     # the store ----------------------------------------------------------------------------------
     def store_files(self) -> list[str]:
@@ -151,7 +151,7 @@ class _Checker:
             return "unsafe"
         status = self.ingest(data, name)
         loaded = self.load_path(data, name)
-        if status == "error" and loaded and not any(f.step == "ingest" for f in self.failures):
+        if status not in ("ingested", "unchanged") and loaded and not any(f.step == "ingest" for f in self.failures):
             self.failures.append(Failure("disagree", "ingest", "", "", _short(self.ingest_error)))
         if status in ("ingested", "unchanged") and loaded is False and not self.failures:
             self.failures.append(Failure("disagree", "load", "", "", "ingest stored what load refuses: "
@@ -170,16 +170,24 @@ class _Checker:
             except BaseException as exc:  # noqa: BLE001 - ingest promises to return, never raise
                 self.fail("crash", "ingest", exc)
                 return "raised"
-            if not isinstance(res, IngestResult) or res.status not in ("ingested", "unchanged", "error"):
-                self.fail("crash", "ingest", message=f"unexpected result {res!r}")
+            if not isinstance(res, IngestResult):
+                self.fail("crash", "ingest", message=f"ingest returned {type(res).__name__}, not an IngestResult")
                 return "bad"
+            if res.status in ("ingested", "unchanged"):
+                return res.status
+            self.ingest_error = res.error or ""
             if res.status == "error":
-                self.ingest_error = res.error or ""
                 self.message(res.error, "ingest")
-                if any(f.kind == "bug-message" for f in self.failures):
+            elif res.status == "internal_error" or "fragviz bug" in self.ingest_error:
+                detail = getattr(res, "detail", None) or ""
+                self.failures.append(Failure("bug-message", "ingest", _exc_in_message(self.ingest_error),
+                                             _where_in_text(detail), _short(self.ingest_error)))
+                if not detail:
                     self.trace_ingest_bug(data, name)
-                if self.store_hash() != before:
-                    self.fail("store-changed", "ingest", message=f"after a failed ingest: {_short(res.error)}")
+            else:  # store_error, busy: a private store that nothing else holds, so the input caused it
+                self.failures.append(Failure(f"status-{res.status}", "ingest", "", "", _short(self.ingest_error)))
+            if self.store_hash() != before:
+                self.fail("store-changed", "ingest", message=f"after a failed ingest: {_short(res.error)}")
             return res.status
         finally:
             conn.close()
@@ -234,6 +242,13 @@ class _Checker:
                 self.fail("crash", step, exc)
                 return None
         return True
+
+
+def _where_in_text(tb: str) -> str:
+    """The deepest fragviz frame of a formatted traceback."""
+    lines = [line.replace(", line ", " line ").replace(", in ", " in ") for line in tb.splitlines()]
+    frames = _python_stack("\n".join(reversed(lines)))  # a traceback lists the innermost frame last
+    return frames[0]
 
 
 def _exc_in_message(text: str) -> str:
