@@ -5,15 +5,19 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from typing import Sequence
 
 from fragviz import __version__
 from fragviz.errors import FragvizError, UsageError
 from fragviz.live.protocol import DEFAULT_RUN_PORT
 from fragviz.settings import SETTINGS, db_path
+from fragviz.units import cut
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Exit status: 0 done, 2 bad input or usage, 75 store busy (try again), 74 store not
+    writable, 1 an internal error (a fragviz bug: one line, the traceback with --debug), 130 interrupted."""
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -29,12 +33,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # noqa: BLE001  a bug: one line, the traceback only when asked for
+        if getattr(args, "debug_errors", False):
+            traceback.print_exc()
+        print(f"fragviz: internal error ({type(exc).__name__}: {cut(str(exc))}); this is a fragviz bug, please "
+              "report it" + ("" if getattr(args, "debug_errors", False) else " (--debug shows the traceback)"),
+              file=sys.stderr)
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fragviz", description="See and explain CUDA caching-allocator "
                                 "fragmentation in PyTorch memory snapshots.")
     p.add_argument("--version", action="version", version=f"fragviz {__version__}")
+    p.add_argument("--debug", dest="debug_errors", action="store_true",
+                   help="show the traceback of an internal error")
     sub = p.add_subparsers(dest="command")
     db_help = f"{SETTINGS['db'].help} (default ${SETTINGS['db'].env} or {SETTINGS['db'].default})"
 
@@ -120,6 +133,10 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument("--samples", metavar="DIR", help="ingest these *.pickle.gz into an empty store on start")
     srv.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     srv.set_defaults(run=_cmd_serve)
+    for name, command in sub.choices.items():  # `fragviz report X --debug` as well as `fragviz --debug report X`
+        if name != "serve":  # serve's own --debug runs Flask's debugger
+            command.add_argument("--debug", dest="debug_errors", action="store_true", default=argparse.SUPPRESS,
+                                 help="show the traceback of an internal error")
     return p
 
 
@@ -134,25 +151,38 @@ def _workload_arguments(p: argparse.ArgumentParser) -> None:
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from fragviz.ingest import ingest_file
     from fragviz.progress import ProgressBar
-    from fragviz.store.schema import connect
+    from fragviz.store.schema import connect, new_store_guard
 
-    conn = connect(db_path(args.db))
-    results = []
-    for path in args.files:
-        bar = ProgressBar(os.path.basename(path)[:28], enabled=args.progress)
-        result = ingest_file(conn, path, name=path, phase=bar.set_phase, progress=bar.update)
-        bar.close()
-        results.append(result)
-        if not args.json:
-            _print_ingest_line(result)
-    conn.close()
+    path = db_path(args.db)
+    with new_store_guard(path) as guard:
+        conn = connect(path)
+        results = []
+        for file in args.files:
+            bar = ProgressBar(os.path.basename(file)[:28], enabled=args.progress)
+            result = ingest_file(conn, file, name=file, phase=bar.set_phase, progress=bar.update)
+            bar.close()
+            results.append(result)
+            if not args.json:
+                _print_ingest_line(result, args.debug_errors)
+        conn.close()
+        guard.keep = any(r.status == "ingested" for r in results)
     if args.json:
         print(json.dumps([r.as_dict() for r in results]))
-    return 2 if any(r.status == "error" for r in results) else 0
+    return _worst_status(r.status for r in results)
 
 
-def _print_ingest_line(result) -> None:
-    if result.status == "error":
+def _worst_status(statuses) -> int:
+    """The exit status of a batch: an internal error first, then bad input, then the store's troubles."""
+    from fragviz.ingest import EXIT_STATUS
+
+    codes = {EXIT_STATUS[s] for s in statuses}
+    return next((c for c in (1, 2, 74, 75) if c in codes), 0)
+
+
+def _print_ingest_line(result, debug: bool = False) -> None:
+    if result.id is None:
+        if debug and result.detail:
+            print(result.detail, file=sys.stderr, end="")
         print(f"fragviz: {result.error}", file=sys.stderr)
     elif result.status == "unchanged":
         print(f"{result.file}: already in the store as snapshot {result.id} (unchanged)")
@@ -234,7 +264,9 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     try:
         script = command[0]
         with capture(args.out, memory, args.alloc_conf, simulate=True if args.simulate else None, root_file=script):
-            runpy.run_path(script, run_name="__main__")
+            # The script's globals live on until the snapshot is taken, as a script's do until the interpreter
+            # exits (run_path's module is a cycle: when the collector runs would otherwise decide).
+            script_globals = runpy.run_path(script, run_name="__main__")  # noqa: F841
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:  # the workload's own failure (an OOM above all): the snapshot is still written

@@ -4,13 +4,16 @@ from __future__ import annotations
 import gc
 import re
 import sqlite3
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from fragviz.analysis import analyze
-from fragviz.errors import FragvizError, SnapshotFormatError, StoreBusyError
-from fragviz.snapshot.loader import content_hash, decode_bytes
+from fragviz.errors import FragvizError, StoreBusyError, StoreError
+from fragviz.limits import Limits
+from fragviz.snapshot.loader import content_hash, decode_bytes, read_file
+from fragviz.units import cut
 from fragviz.snapshot.parse import parse_snapshot
 from fragviz.store.writer import find_by_hash, write_analysis
 
@@ -31,65 +34,71 @@ def clean_name(name: str, basename: bool = False) -> str:
     return name or "upload.pickle"
 
 
+# What an ingest can come to, and the exit status of `fragviz ingest` for it (the worst of a batch wins)
+EXIT_STATUS = {"ingested": 0, "unchanged": 0, "busy": 75, "store_error": 74, "error": 2, "internal_error": 1}
+
+
 @dataclass(frozen=True)
 class IngestResult:
     file: str
     id: int | None
-    status: str  # "ingested", "unchanged", "error" (the input is bad) or "busy" (the store is: try again)
+    status: str  # a key of EXIT_STATUS: "error" is a bad file, "busy" a store to try again later
     error: str | None = None
+    detail: str | None = None  # the traceback of an internal error (shown with --debug)
 
     def as_dict(self) -> dict:
         return {"file": self.file, "id": self.id, "status": self.status, "error": self.error}
 
 
 def ingest_file(conn: sqlite3.Connection, path: str, name: str | None = None, phase: PhaseFn | None = None,
-                progress: ProgressFn | None = None) -> IngestResult:
+                progress: ProgressFn | None = None, limits: Limits | None = None) -> IngestResult:
     """Ingest the file at `path`; errors come back as a result, and leave the store as it was."""
     source = clean_name(name or path)
-
-    def read() -> bytes:
-        try:
-            with open(path, "rb") as fh:
-                return fh.read()
-        except IsADirectoryError:
-            raise SnapshotFormatError(source, "is a directory, not a snapshot file") from None
-        except OSError as exc:
-            raise SnapshotFormatError(source, f"cannot be read ({exc.strerror or exc})") from None
-
-    return _guarded(conn, read, source, phase, progress)
+    try:
+        limits = limits or Limits.current()
+    except FragvizError as exc:
+        return IngestResult(source, None, "error", str(exc))
+    return _guarded(conn, lambda: read_file(path, source, limits), source, phase, progress, limits)
 
 
 def ingest_bytes(conn: sqlite3.Connection, data: bytes, source: str, phase: PhaseFn | None = None,
-                 progress: ProgressFn | None = None) -> IngestResult:
-    """Ingest a snapshot held in memory (an upload) under the name `source`."""
+                 progress: ProgressFn | None = None, limits: Limits | None = None) -> IngestResult:
+    """Ingest a snapshot held in memory under the name `source`."""
     source = clean_name(source)
-    return _guarded(conn, lambda: data, source, phase, progress)
+    try:
+        limits = limits or Limits.current()
+    except FragvizError as exc:
+        return IngestResult(source, None, "error", str(exc))
+    return _guarded(conn, lambda: data, source, phase, progress, limits)
 
 
 def _guarded(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, phase: PhaseFn | None,
-             progress: ProgressFn | None) -> IngestResult:
+             progress: ProgressFn | None, limits: Limits) -> IngestResult:
     try:
         with gc_paused():
-            return _ingest(conn, read, source, phase or (lambda _: None), progress)
+            return _ingest(conn, read, source, phase or (lambda _: None), progress, limits)
     except StoreBusyError as exc:
         return IngestResult(source, None, "busy", str(exc))
+    except StoreError as exc:
+        return IngestResult(source, None, "store_error", str(exc))
     except FragvizError as exc:
         return IngestResult(source, None, "error", str(exc))
     except MemoryError:
         return IngestResult(source, None, "error", f"{source}: too large to ingest in the memory available")
-    except sqlite3.OperationalError as exc:
+    except sqlite3.Error as exc:
         if is_busy(exc):
             return IngestResult(source, None, "busy", f"{source}: the store is busy with another writer; try again")
-        return IngestResult(source, None, "error", f"{source}: the store refused the write ({exc})")
-    except sqlite3.Error as exc:
-        return IngestResult(source, None, "error", f"{source}: the store refused the write ({exc})")
+        return IngestResult(source, None, "store_error", f"{source}: the store could not be written "
+                                                         f"({cut(str(exc))}); it is unchanged")
     except Exception as exc:  # a bug must not take the other files of a batch down, nor leave a partial write
-        return IngestResult(source, None, "error", f"{source}: could not be ingested ({type(exc).__name__}: "
-                                                   f"{exc}); this is a fragviz bug, please report it")
+        return IngestResult(source, None, "internal_error",
+                            f"{source}: could not be ingested: internal error ({type(exc).__name__}: "
+                            f"{cut(str(exc))}); this is a fragviz bug, please report it",
+                            traceback.format_exc())
 
 
 def _ingest(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, phase: PhaseFn,
-            progress: ProgressFn | None) -> IngestResult:
+            progress: ProgressFn | None, limits: Limits) -> IngestResult:
     phase("read")
     data = read()
     digest = content_hash(data)
@@ -97,10 +106,10 @@ def _ingest(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, ph
     if existing is not None:
         return IngestResult(source, existing, "unchanged")
     phase("decode")
-    raw = decode_bytes(data, source, digest)
+    raw = decode_bytes(data, source, digest, limits)
     del data  # only this frame held the bytes: free them before the parse
     phase("parse")
-    snapshot = parse_snapshot(raw)
+    snapshot = parse_snapshot(raw, limits)
     size = raw.file_size
     del raw  # the plain data is the largest thing in memory: let it go before the replay
     phase("replay")

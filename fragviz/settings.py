@@ -8,6 +8,7 @@ units ("2GiB"), durations take units ("30s"). `fragviz limits` prints every sett
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -143,6 +144,25 @@ def describe() -> list[tuple[str, str, str, str]]:
     return [(s.name, *s.raw(), s.help) for s in SETTINGS.values()]
 
 
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
 def db_path(override: str | None = None) -> str:
-    return SETTINGS["db"].value(override)
+    """The store's SQLite file. `sqlite:///path` names one too; any other URL is refused, never made a file."""
+    value, origin = SETTINGS["db"].raw(override)
+    url = _URL.match(value)
+    if url is None:
+        return value
+    scheme = url.group(1).lower()
+    if scheme == "sqlite" and value[url.end():].startswith("/"):
+        return value[url.end():]  # sqlite:///abs/path -> /abs/path
+    raise UsageError(f"--db {redact_url(value)!r} (from {origin}) is a {scheme} URL: this fragviz keeps its store in "
+                     "a SQLite file (give a path, or sqlite:///path)")
+
+
+def redact_url(url: str) -> str:
+    """A URL fit for a message: the password replaced by ***, cut to 80 characters."""
+    from fragviz.units import cut
+
+    return cut(re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url))
 

@@ -257,7 +257,7 @@ class TargetPoller:
         when = datetime.now().isoformat(timespec="seconds")
         name = f"live {self.client.target} pid {pid} {kind} {when}"
         result = ingest_bytes(recorder.conn, blob, name)
-        if result.status == "error":
+        if result.id is None:
             recorder.event(self.attachment_id, "error", result.error or "")
             self.log(f"fragviz: {result.error}")
             return None

@@ -230,6 +230,10 @@ class Layout:
             return
         if seg.starts:
             self.mismatch.note("segment_freed_with_live_blocks", event)
+            for start in seg.starts:  # they outlive their segment: a later free only settles the counts
+                rec = self.blocks.get(start)
+                if rec is not None and rec[SEGMENT] is seg:
+                    rec[SEGMENT] = None
         self._drop_segment(seg)
         self.reserved -= seg.size
 
@@ -277,11 +281,15 @@ def _join(a: Seg, b: Seg, blocks: dict[int, list]) -> Seg:
 
 
 def _cut(seg: Seg, start: int, end: int, blocks: dict[int, list]) -> list[Seg]:
+    """The parts of `seg` left when [start, end) is unmapped; blocks not wholly in a part lose their segment."""
+    for s, e in zip(seg.starts, seg.ends):
+        if s < end and e > start:
+            blocks[s][SEGMENT] = None
     parts = []
     for lo, hi in ((seg.address, start), (end, seg.end)):
         if hi > lo:
             part = Seg(lo, hi - lo, seg.stream, seg.pool, seg.pool_id, seg.expandable, seg.stack)
-            keep = [(s, e) for s, e in zip(seg.starts, seg.ends) if lo <= s < hi]
+            keep = [(s, e) for s, e in zip(seg.starts, seg.ends) if lo <= s and e <= hi]
             part.starts = [s for s, _ in keep]
             part.ends = [e for _, e in keep]
             for s in part.starts:

@@ -34,7 +34,8 @@ def describe(value: Any) -> str:
     if isinstance(value, str):
         return repr(cut(value[:200]))
     if isinstance(value, (list, tuple, dict, set, bytes, bytearray)):
-        return f"a {type(value).__name__} of {len(value):,} items"
+        n = len(value)
+        return f"a {type(value).__name__} of {n:,} item{'' if n == 1 else 's'}"
     return f"a {type(value).__name__}"
 
 

@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from contextlib import contextmanager
+from typing import Iterator
 
-from fragviz.errors import StoreError
+from fragviz.errors import StoreBusyError, StoreError
 from fragviz.replay.engine import CHECKPOINT_EVERY
 from fragviz.settings import setting
+from fragviz.units import cut
 
 SCHEMA_VERSION = 2
 CHUNK_EVENTS = CHECKPOINT_EVERY
@@ -181,7 +184,56 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
             conn.close()
             raise
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{path}: not a fragviz store ({exc})") from None
+        raise store_error(path, exc) from None
+
+
+def store_error(path: str, exc: sqlite3.Error) -> StoreError:
+    """The words for SQLite's failure on the store at `path`: busy, full, unreadable, or not a store."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return StoreBusyError(f"{path}: the store is busy with another writer; try again")
+    if "full" in text:
+        return StoreError(f"{path}: the store cannot grow: the disk is full ({text})")
+    if isinstance(exc, sqlite3.OperationalError):
+        return StoreError(f"{path}: the store cannot be opened or written ({cut(text)})")
+    return StoreError(f"{path}: not a fragviz store ({cut(text)})")
+
+
+class NewStore:
+    """While a command runs: if it made the store at `path` (and its folders) and keeps nothing, they go."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self.existed = os.path.exists(self.path)
+        self.new_dirs: list[str] = []
+        parent = os.path.dirname(self.path)
+        while not os.path.exists(parent):
+            self.new_dirs.append(parent)
+            parent = os.path.dirname(parent)
+        self.keep = False
+
+    def discard(self) -> None:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            try:
+                os.remove(self.path + suffix)
+            except FileNotFoundError:
+                pass
+        for folder in self.new_dirs:  # deepest first
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+
+
+@contextmanager
+def new_store_guard(path: str) -> Iterator[NewStore]:
+    """Yield a NewStore; a store this block created is removed again unless `keep` is left true."""
+    guard = NewStore(path)
+    try:
+        yield guard
+    finally:
+        if not guard.existed and not guard.keep:
+            guard.discard()
 
 
 def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:

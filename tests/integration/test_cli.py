@@ -51,17 +51,21 @@ def test_ingest_json_results_and_exit_status(tmp_path):
 
 @pytest.mark.parametrize("content", [b"", b"\x89PNG\r\n\x1a\nxxxx", b"\x80\x04\x95\x10"])
 def test_a_bad_file_gets_one_line_exit_2_and_nothing_stored(tmp_path, content):
-    db = str(tmp_path / "s.sqlite")
+    db = str(tmp_path / "new" / "s.sqlite")
     bad = tmp_path / "bad.pickle"
     bad.write_bytes(content)
     out = run("ingest", str(bad), "--db", db)
     assert out.returncode == 2
     assert out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1 and str(bad) in out.stderr
+    assert not os.path.exists(tmp_path / "new")  # a failed ingest into a new path leaves nothing behind
+    db = str(tmp_path / "s.sqlite")
+    assert run("ingest", os.path.join(REAL, "diffusion_tiny.pickle"), "--db", db).returncode == 0
+    assert run("ingest", str(bad), "--db", db).returncode == 2
     listing = subprocess.run([sys.executable, "-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1])"
                               ".execute('select count(*) from snapshots').fetchone()[0])", db],
                              capture_output=True, text=True)
-    assert listing.stdout.strip() == "0"
+    assert listing.stdout.strip() == "1"
     rep = run("report", str(bad))
     assert rep.returncode == 2 and len(rep.stderr.strip().splitlines()) == 1
 

@@ -149,7 +149,7 @@ def test_a_write_that_fails_midway_leaves_the_store_as_it_was(tmp_path, monkeypa
 
     monkeypatch.setattr(writer, "_insert_final_state", fail_after_writing)
     result = ingest_file(conn, os.path.join(REAL, "cs336silmont_small.pickle"))
-    assert result.status == "error" and "disk I/O error" in result.error
+    assert result.status == "store_error" and "disk I/O error" in result.error
     conn.close()
     assert counts(db) == before
 
