@@ -221,6 +221,8 @@ def ingest_answer(result: IngestResult) -> tuple[Any, int, dict[str, str]]:
         return jsonify({"error": result.error}), 503, {"Retry-After": RETRY_AFTER}
     if result.status == "error":
         return jsonify({"error": result.error}), 422, {}
+    if result.id is None:  # the store could not be written (507), or a fragviz bug (500)
+        return jsonify({"error": result.error}), 507 if result.status == "store_error" else 500, {}
     return jsonify({"id": result.id, "status": result.status}), 201 if result.status == "ingested" else 200, {}
 
 
