@@ -151,8 +151,8 @@ def _this_origin() -> tuple[str, str, int] | None:
 # -- tokens ----------------------------------------------------------------------------------------------
 
 def _token_answer(token: str) -> Response | None:
-    if "token" in request.args:
-        return _exchange_token(token)
+    if "token" in request.args and request.method in ("GET", "HEAD"):
+        return _exchange_token(token)  # a person in a browser; anything else sends its token in a header
     header = request.headers.get("Authorization")
     if header is not None:
         if tokens_match(bearer_token(header), token):
@@ -166,7 +166,7 @@ def _token_answer(token: str) -> Response | None:
 
 def _exchange_token(token: str) -> Response:
     """`GET /page?token=TOKEN`: the session cookie, and 303 to the same page without the token in its URL."""
-    if request.method not in ("GET", "HEAD") or not tokens_match(request.args.get("token"), token):
+    if not tokens_match(request.args.get("token"), token):
         return _unauthorized("wrong access token")
     query = urlencode([(k, v) for k, v in request.args.items(multi=True) if k != "token"])
     path = "/" + quote(request.path.lstrip("/\\"), safe="/:@!$&'()*+,;=-._~")  # never "//elsewhere"

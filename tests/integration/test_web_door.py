@@ -1,0 +1,442 @@
+"""The dashboard's web door, against the real server (`python -m fragviz serve` in a subprocess) over real
+HTTP and raw sockets: uploads streamed in constant memory, the size limit, the upload slots, read timeouts,
+binding, Host and same-origin checks, tokens (Bearer, cookie, never logged), a busy store, upload names.
+
+No timing asserts: every wait is on a condition, with a generous deadline."""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Iterable, Iterator
+from urllib.parse import quote
+
+import pytest
+
+from helpers import MiB, block, segment, snapshot, write_pickle
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOKEN = "tok-3f9a7c1e5b"
+Answer = tuple[int, Any, bytes]  # status, headers, body
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], Any], what: str, deadline: float = 90.0) -> Any:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"gave up after {deadline:.0f} s waiting for {what}")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FRAGVIZ_")}
+    env.update(extra)
+    return env
+
+
+class Served:
+    """`python -m fragviz serve` on a free port, its stderr kept in a file."""
+
+    def __init__(self, tmp: str, env: dict[str, str] | None = None, host: str = "127.0.0.1", args: Iterable[str] = (),
+                 connect_to: str = "127.0.0.1") -> None:
+        self.port, self.connect_to, self.host = free_port(), connect_to, host
+        self.db = os.path.join(tmp, f"store-{self.port}.sqlite")
+        self.err_path = os.path.join(tmp, f"serve-{self.port}.err")
+        self._err = open(self.err_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "fragviz", "serve", "--db", self.db, "--host", host,
+                                      "--port", str(self.port), *args], cwd=tmp, env=clean_env(**(env or {})),
+                                     stdout=subprocess.DEVNULL, stderr=self._err)
+        wait_for(self._up, "the server to answer", 120)
+
+    def _up(self) -> bool:
+        if self.proc.poll() is not None:
+            pytest.fail(f"the server exited ({self.proc.returncode}): {self.stderr()[-2000:]}")
+        try:
+            self.request("GET", "/api/snapshots", timeout=5)
+            return True
+        except OSError:
+            return False
+
+    @property
+    def host_header(self) -> str:
+        return f"{self.connect_to}:{self.port}"
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
+                timeout: float = 120) -> Answer:
+        conn = http.client.HTTPConnection(self.connect_to, self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, resp.headers, resp.read()
+        finally:
+            conn.close()
+
+    def upload(self, data: bytes, name: str = "upload.pickle", headers: dict[str, str] | None = None) -> Answer:
+        return self.request("POST", "/api/snapshots", data, {"Content-Type": "application/octet-stream",
+                                                            "X-Filename": quote(name), **(headers or {})})
+
+    def snapshots(self, headers: dict[str, str] | None = None) -> list[dict]:
+        status, _, body = self.request("GET", "/api/snapshots", headers=headers)
+        assert status == 200, body
+        return json.loads(body)
+
+    def stderr(self) -> str:
+        with open(self.err_path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+
+    def proc_status(self, field: str) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as fh:
+            line = next(l for l in fh if l.startswith(field + ":"))
+        return int(line.split()[1])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(15)
+        self._err.close()
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A 1 MiB upload limit, two upload slots, a store that waits 1 s for its lock, a long read timeout."""
+    srv = Served(str(tmp_path_factory.mktemp("small")), {"FRAGVIZ_MAX_UPLOAD_SIZE": "1MiB", "FRAGVIZ_UPLOAD_SLOTS": "2",
+                                                         "FRAGVIZ_BUSY_TIMEOUT": "1s", "FRAGVIZ_READ_TIMEOUT": "120s"})
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def tokened(tmp_path_factory):
+    srv = Served(str(tmp_path_factory.mktemp("token")), {"FRAGVIZ_TOKEN": TOKEN})
+    yield srv
+    srv.stop()
+
+
+def tiny_snapshot(tmp: str, mib: int) -> bytes:
+    """A valid snapshot of its own (the size makes its content, so its hash, unique)."""
+    path = write_pickle(os.path.join(tmp, f"tiny-{mib}.pickle"),
+                        snapshot([segment(0x7F0000000000, [block(0x7F0000000000, mib * MiB),
+                                                           block(0x7F0000000000 + mib * MiB, 2 * MiB, "inactive")])]))
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def one_line_error(body: bytes) -> str:
+    error = json.loads(body)["error"]
+    assert isinstance(error, str) and "\n" not in error and len(error) < 400, error
+    return error
+
+
+def raw_post(port: int, headers: dict[str, str], chunks: Iterable[bytes], chunked: bool = False) -> Answer:
+    """POST /api/snapshots over a raw socket, the body sent chunk by chunk until the server answers (it may
+    answer before the body is complete: a refusal does not wait for it)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+    try:
+        head = {"Host": f"127.0.0.1:{port}", **headers, **({"Transfer-Encoding": "chunked"} if chunked else {})}
+        sock.sendall(("POST /api/snapshots HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items())
+                      + "\r\n").encode())
+        _send_until_answered(sock, chunks, chunked)
+        resp = http.client.HTTPResponse(sock)
+        resp.begin()
+        return resp.status, resp.headers, resp.read()
+    finally:
+        sock.close()
+
+
+def _send_until_answered(sock: socket.socket, chunks: Iterable[bytes], chunked: bool) -> None:
+    try:
+        for chunk in chunks:
+            if select.select([sock], [], [], 0)[0]:
+                return  # the answer is there
+            sock.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n" if chunked else chunk)
+        if chunked:
+            sock.sendall(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server answered and closed: the answer is read next
+
+
+def stalled_upload(port: int, length: int = 512 * 1024, sent: int = 1024) -> socket.socket:
+    """An upload that declares `length` bytes, sends `sent` of them and goes silent."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+    sock.sendall((f"POST /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/octet-stream"
+                  f"\r\nContent-Length: {length}\r\n\r\n").encode() + b"\0" * sent)
+    return sock
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server has closed this connection (whatever it answered first)."""
+    try:
+        while select.select([sock], [], [], 0)[0]:
+            if not sock.recv(65536):
+                return True
+    except (ConnectionResetError, OSError):
+        return True
+    return False
+
+
+# -- uploads ---------------------------------------------------------------------------------------------
+
+def test_a_300_mib_upload_is_streamed_to_a_temporary_file_in_constant_memory(tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    srv = Served(str(tmp_path), {"FRAGVIZ_MAX_UPLOAD_SIZE": "1GiB", "TMPDIR": str(spool)})
+    try:
+        srv.snapshots()
+        baseline = srv.proc_status("VmRSS")
+        size, chunk = 300 * MiB, bytes(range(256)) * 4096  # 1 MiB of a generated file, 300 times
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=600)
+        conn.putrequest("POST", "/api/snapshots")
+        for k, v in (("Content-Type", "application/octet-stream"), ("Content-Length", str(size)),
+                     ("X-Filename", "big.pickle")):
+            conn.putheader(k, v)
+        conn.endheaders()
+        peak, spooled = baseline, 0
+        for i in range(size // len(chunk)):
+            peak = max(peak, srv.proc_status("VmRSS"))  # sampled before each send: the server is still receiving
+            if i == 200:
+                spooled = sum(p.stat().st_size for p in spool.iterdir() if p.name.startswith("fragviz-upload-"))
+            conn.send(chunk)
+        resp = conn.getresponse()
+        status, body = resp.status, resp.read()
+        conn.close()
+        growth_mib = (peak - baseline) / 1024
+        print(f"server RSS while receiving 300 MiB: baseline {baseline / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB "
+              f"(+{growth_mib:.1f} MiB); VmHWM after the ingest {srv.proc_status('VmHWM') / 1024:.0f} MiB")
+        assert growth_mib < 100, f"the server grew by {growth_mib:.0f} MiB while receiving the upload"
+        assert spooled > 150 * MiB, "the upload was not being written to a temporary file as it arrived"
+        assert status == 422 and "big.pickle" in one_line_error(body)  # not a snapshot: a bad file, said in a line
+        assert not [p.name for p in spool.iterdir() if p.name.startswith("fragviz-upload-")]  # temp file removed
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("how", ["declared", "chunked", "chunked multipart"])
+def test_an_upload_over_the_limit_is_413_naming_the_limit(small, how):
+    before = len(small.snapshots())
+    chunks: Iterator[bytes] = (b"\0" * (256 * 1024) for _ in range(12))  # 3 MiB, over the 1 MiB limit
+    if how == "declared":
+        answer = raw_post(small.port, {"Content-Type": "application/octet-stream", "Content-Length": str(3 * MiB)},
+                          chunks)
+    elif how == "chunked":
+        answer = raw_post(small.port, {"Content-Type": "application/octet-stream"}, chunks, chunked=True)
+    else:
+        first = (b'--B\r\nContent-Disposition: form-data; name="file"; filename="x.pickle"\r\n'
+                 b"Content-Type: application/octet-stream\r\n\r\n")
+        answer = raw_post(small.port, {"Content-Type": "multipart/form-data; boundary=B"},
+                          iter([first, *chunks, b"\r\n--B--\r\n"]), chunked=True)
+    status, headers, body = answer
+    assert status == 413, body
+    error = one_line_error(body)
+    assert "max_upload_size" in error and "1.00 MiB" in error
+    assert "FRAGVIZ_MAX_UPLOAD_SIZE" in error and "fragviz.toml" in error
+    assert len(small.snapshots()) == before
+
+
+def test_more_concurrent_uploads_than_slots_get_503_and_retry_after_at_once(small):
+    holders = [stalled_upload(small.port) for _ in range(2)]  # the server has two slots
+    try:
+        def refused() -> Answer | None:
+            answer = small.upload(b"not a snapshot")
+            return answer if answer[0] == 503 else None
+
+        status, headers, body = wait_for(refused, "an upload beyond the slots to be refused")
+        assert int(headers["Retry-After"]) > 0 and "upload_slots" in one_line_error(body)
+        # refused at once, not queued: an upload that would wait for a slot gets its answer without sending a byte
+        waiting = stalled_upload(small.port, sent=0)
+        try:
+            resp = http.client.HTTPResponse(waiting)
+            resp.begin()
+            assert resp.status == 503 and resp.headers["Retry-After"]
+        finally:
+            waiting.close()
+    finally:
+        for s in holders:
+            s.close()
+    wait_for(lambda: small.upload(b"not a snapshot")[0] == 422, "the slots to be free again")
+
+
+def test_stalled_clients_are_dropped_after_the_read_timeout_and_the_server_keeps_answering(tmp_path):
+    srv = Served(str(tmp_path), {"FRAGVIZ_READ_TIMEOUT": "2s"})
+    try:
+        srv.snapshots()
+        threads = srv.proc_status("Threads")
+        stalled = [stalled_upload(srv.port) for _ in range(20)]  # 4 hold slots; the other 16 are refused
+        for i in range(20):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=120)
+            if i % 2:
+                s.sendall(b"GET /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers that never end
+            stalled.append(s)
+        try:
+            for _ in range(5):
+                assert srv.snapshots() == []  # answered while 40 connections stall
+            wait_for(lambda: all(closed_by_server(s) for s in stalled), "the server to drop the 40 stalled clients")
+            wait_for(lambda: srv.proc_status("Threads") <= threads + 2, "the server's threads to be freed")
+            assert srv.snapshots() == []
+            assert srv.upload(b"not a snapshot")[0] == 422  # every upload slot is free again
+        finally:
+            for s in stalled:
+                s.close()
+    finally:
+        srv.stop()
+
+
+def test_a_busy_store_is_503_try_again_and_the_same_upload_succeeds_after(small, tmp_path):
+    data = tiny_snapshot(str(tmp_path), 5)
+    lock = sqlite3.connect(small.db, isolation_level=None, timeout=30)
+    try:
+        lock.execute("BEGIN IMMEDIATE")  # another writer holds the store
+        status, headers, body = small.upload(data, "busy.pickle")
+        assert status == 503, body
+        assert int(headers["Retry-After"]) > 0 and "busy" in one_line_error(body)
+    finally:
+        lock.rollback()
+        lock.close()
+    status, _, body = small.upload(data, "busy.pickle")
+    assert status == 201, body
+    assert [r["name"] for r in small.snapshots()].count("busy.pickle") == 1
+
+
+def test_upload_names_lose_control_characters_and_folders(small, tmp_path):
+    status, _, body = small.upload(tiny_snapshot(str(tmp_path), 7), "a\r\nb\x00.pickle")
+    assert status == 201, body
+    sid = json.loads(body)["id"]
+    name = next(r["name"] for r in small.snapshots() if r["id"] == sid)
+    assert not set(name) & {"\r", "\n", "\0"} and name.startswith("a") and name.endswith("b_.pickle")
+    status, _, body = small.upload(tiny_snapshot(str(tmp_path), 9), "../../etc/x\r.pickle")
+    sid = json.loads(body)["id"]
+    assert next(r["name"] for r in small.snapshots() if r["id"] == sid) == "x_.pickle"
+    status, _, body = small.upload(b"this is no snapshot", "bad.pickle")
+    assert status == 422 and "bad.pickle" in one_line_error(body)  # bad input stays 422
+
+
+# -- binding ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_a_public_bind_without_a_token_refuses_to_start(tmp_path, host):
+    port = free_port()
+    try:
+        out = subprocess.run([sys.executable, "-m", "fragviz", "serve", "--db", str(tmp_path / "s.sqlite"), "--host",
+                              host, "--port", str(port)], cwd=str(tmp_path), env=clean_env(), capture_output=True,
+                             text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"serve --host {host} without a token kept serving")
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fragviz: ") and "token" in lines[0], out.stderr
+    assert not os.path.exists(tmp_path / "s.sqlite")  # refused before anything was made
+
+
+@pytest.mark.parametrize("host, connect_to", [("127.0.0.2", "127.0.0.2"), ("localhost.", "127.0.0.1")])
+def test_loopback_names_serve_without_a_token(tmp_path, host, connect_to):
+    srv = Served(str(tmp_path), host=host, connect_to=connect_to)
+    try:
+        assert srv.snapshots() == []
+        assert srv.request("GET", "/", headers={"Host": f"localhost.:{srv.port}"})[0] == 200
+        assert "warning" not in srv.stderr()
+    finally:
+        srv.stop()
+
+
+def test_a_public_bind_with_a_token_answers_only_its_own_names(tmp_path):
+    srv = Served(str(tmp_path), {"FRAGVIZ_TOKEN": TOKEN}, host="0.0.0.0", args=("--allowed-host", "fragviz.example"))
+    try:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        assert srv.request("GET", "/api/snapshots", headers=auth)[0] == 200
+        assert srv.request("GET", "/api/snapshots", headers={**auth, "Host": f"fragviz.example:{srv.port}"})[0] == 200
+        status, _, body = srv.request("GET", "/api/snapshots", headers={**auth, "Host": f"evil.example:{srv.port}"})
+        assert status == 421 and "--allowed-host" in one_line_error(body)
+        assert srv.request("GET", "/api/snapshots")[0] == 401
+    finally:
+        srv.stop()
+
+
+# -- Host and same-origin ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("host", ["evil.example:{port}", "localhost.evil.example:{port}", "127.0.0.1.nip.io:{port}",
+                                  "127.0.0.1:1", "10.0.0.1:{port}", "evil.example", "localhost@evil.example:{port}"])
+def test_a_foreign_host_header_is_refused(small, host):
+    for method, path, body in (("GET", "/", None), ("GET", "/api/snapshots", None),
+                               ("POST", "/api/snapshots", b"not a snapshot")):
+        status, _, answer = small.request(method, path, body, {"Host": host.format(port=small.port)})
+        assert status == 421, (method, path, answer)
+        assert b"fragviz:" in answer or "Host" in one_line_error(answer)
+
+
+@pytest.mark.parametrize("host", ["localhost:{port}", "127.0.0.1:{port}", "[::1]:{port}", "localhost.:{port}",
+                                  "LOCALHOST:{port}", "127.0.0.5:{port}"])
+def test_the_servers_own_names_are_answered(small, host):
+    assert small.request("GET", "/", headers={"Host": host.format(port=small.port)})[0] == 200
+
+
+@pytest.mark.parametrize("header, value", [("Origin", "http://evil.example"), ("Origin", "null"),
+                                           ("Origin", "http://127.0.0.1:{other}"), ("Origin", "https://127.0.0.1:{port}"),
+                                           ("Referer", "http://evil.example/page"),
+                                           ("Referer", "http://localhost.evil.example:{port}/")])
+def test_a_cross_site_write_is_403(small, tmp_path, header, value):
+    before = len(small.snapshots())
+    value = value.format(port=small.port, other=small.port + 1)
+    status, _, body = small.upload(tiny_snapshot(str(tmp_path), 11), "csrf.pickle", {header: value})
+    assert status == 403 and header in one_line_error(body)
+    status, _, body = small.request("POST", "/_dash-update-component", b"{}",
+                                    {"Content-Type": "application/json", header: value})
+    assert status == 403, body
+    assert len(small.snapshots()) == before
+
+
+def test_a_same_origin_write_and_a_script_without_origin_pass(small, tmp_path):
+    own = f"http://127.0.0.1:{small.port}"
+    assert small.upload(tiny_snapshot(str(tmp_path), 13), "own.pickle", {"Origin": own})[0] == 201
+    assert small.upload(tiny_snapshot(str(tmp_path), 15), "ref.pickle", {"Referer": own + "/snapshots/1?x=1"})[0] == 201
+    assert small.upload(tiny_snapshot(str(tmp_path), 17), "script.pickle")[0] == 201  # curl: neither header
+
+
+# -- tokens ------------------------------------------------------------------------------------------------
+
+def test_a_token_in_the_url_becomes_a_derived_cookie_and_a_clean_url(tokened):
+    status, headers, _ = tokened.request("GET", f"/snapshots/1?event=3&token={TOKEN}")
+    assert status == 303 and headers["Location"] == "/snapshots/1?event=3"
+    cookie = headers["Set-Cookie"]
+    assert TOKEN not in cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    pair = cookie.split(";")[0]
+    assert len(pair.split("=", 1)[1]) == 64  # HMAC-SHA256, hex
+    assert tokened.request("GET", "/", headers={"Cookie": pair})[0] == 200
+    assert tokened.request("GET", "/api/snapshots", headers={"Cookie": pair})[0] == 200
+    assert tokened.request("GET", "/", headers={"Cookie": f"fragviz_session={TOKEN}"})[0] == 401
+    assert tokened.request("GET", f"/?token={TOKEN}x")[0] == 401
+    assert tokened.request("GET", "/")[0] == 401
+
+
+def test_the_token_never_reaches_the_access_log(tokened):
+    for path in (f"/?token={TOKEN}", f"/api/snapshots?a=1&token={TOKEN}", f"/?%74oken={TOKEN}",
+                 f"/?token={TOKEN}wrong", f"/?TOKEN={TOKEN}"):
+        tokened.request("GET", path)
+    tokened.request("POST", f"/api/snapshots?token={TOKEN}", b"x", {"Authorization": f"Bearer {TOKEN}"})
+    wait_for(lambda: tokened.stderr().count("POST /api/snapshots") >= 1, "the access log's lines")
+    log = tokened.stderr()
+    assert log.count("token=[redacted]") >= 3, log[-3000:]
+    assert TOKEN not in log
+
+
+@pytest.mark.parametrize("header, status", [(TOKEN, 401), (f"bearer {TOKEN}", 200), (f"Bearer {TOKEN}", 200),
+                                            (f"BEARER  {TOKEN}", 200), (f"Basic {TOKEN}", 401),
+                                            (f"Bearer {TOKEN}x", 401), (f"Bearer{TOKEN}", 401), ("Bearer", 401)])
+def test_the_bearer_header_is_parsed_as_the_standard_says(tokened, header, status):
+    assert tokened.request("GET", "/api/snapshots", headers={"Authorization": header})[0] == status
