@@ -300,9 +300,15 @@ def to_pickle(obj: Any, protocol: int = 4) -> bytes:
     return PickleWriter(protocol).dumps(obj)
 
 
+JSON_NODES = 200_000
+
+
 def to_json(obj: Any) -> bytes | None:
-    """JSON bytes of the tree (sentinels spliced in as text), or None where JSON cannot say it (cycles, bombs)."""
-    if expanded_size(obj) >= 2_000_000:
+    """JSON bytes of the tree (sentinels spliced in as text), or None where JSON cannot say it (cycles, bombs).
+
+    Trees over `JSON_NODES` nodes once shared references are copied out stay pickles: JSON has no memo.
+    """
+    if expanded_size(obj, JSON_NODES) >= JSON_NODES:
         return None
     splices: dict[str, str] = {}
 

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import queue
+import re
 import select
 import shutil
 import signal
@@ -415,7 +416,8 @@ class Worker:
 
 
 def _upload_name(case_name: str) -> str:
-    return case_name.replace("/", "_")[:120] + ".pickle"
+    """A plain file name: the fuzz is about contents (a name with CR or LF would make every message two lines)."""
+    return re.sub(r"[^A-Za-z0-9._+=@-]+", "_", case_name)[:120] + ".pickle"
 
 
 def _python_stack(dump: str) -> list[str]:
