@@ -2,14 +2,17 @@
 empty_cache(), the poller records segments only when they change, and the agent lingers for an unfetched OOM."""
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
 import urllib.request
+from typing import Any
 
 import pytest
 import torch
 
+from fragviz.errors import AgentError
 from fragviz.live import start_agent
 from fragviz.live.poller import AgentClient, TargetPoller
 from fragviz.store.reader import StoreReader
@@ -102,3 +105,84 @@ def test_a_poller_pointed_at_something_else_records_nothing_and_carries_on(tmp_p
         assert StoreReader(str(tmp_path / "s.sqlite")).live.samples(poller.attachment_id)["id"] == []
     finally:
         server.shutdown()
+
+
+# -- the agent's door: GET only, Host, Bearer, slots, no logs, no public bind without a token ----------------
+
+def agent_request(a, method: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", a.port, timeout=30)
+    try:
+        conn.request(method, path, body=b"{}" if method in ("POST", "PUT", "PATCH") else None, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.headers, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"])
+def test_the_agent_answers_get_only(agent, method):
+    status, headers, body = agent_request(agent, method, "/v1/stats")
+    assert status == 405 and headers["Allow"] == "GET"
+    assert b"devices" not in body
+    assert agent_request(agent, "GET", "/v1/stats")[0] == 200
+
+
+@pytest.mark.parametrize("host", ["localhost.evil.example:{port}", "localhost.evil.example", "127.0.0.1.nip.io:{port}",
+                                  "evil.example:{port}", "localhost@evil.example:{port}", "[::1]evil.example",
+                                  "10.0.0.1:{port}"])
+def test_the_agent_refuses_foreign_host_names(agent, host):
+    status, _, body = agent_request(agent, "GET", "/v1/stats", {"Host": host.format(port=agent.port)})
+    assert status == 403 and b"devices" not in body
+
+
+@pytest.mark.parametrize("host", ["localhost:{port}", "localhost.:{port}", "127.0.0.1:{port}", "[::1]:{port}",
+                                  "127.0.0.9"])
+def test_the_agent_answers_its_loopback_names(agent, host):
+    assert agent_request(agent, "GET", "/v1/stats", {"Host": host.format(port=agent.port)})[0] == 200
+
+
+def test_beyond_its_slots_the_agent_says_503_and_when_to_retry(agent):
+    taken = 0
+    while agent.slots.acquire(blocking=False):  # every request slot busy
+        taken += 1
+    try:
+        status, headers, _ = agent_request(agent, "GET", "/v1/stats")
+        assert status == 503 and int(headers["Retry-After"]) > 0
+    finally:
+        for _ in range(taken):
+            agent.slots.release()
+    assert agent_request(agent, "GET", "/v1/stats")[0] == 200
+
+
+def test_a_token_agent_takes_only_a_bearer_header_and_logs_nothing(capfd):
+    token = "agent-tok-5e1d"
+    a = start_agent(device_memory=64 * MiB, linger=0, token=token)
+    try:
+        capfd.readouterr()
+        assert agent_request(a, "GET", f"/v1/stats?token={token}")[0] == 401  # never in the URL
+        assert agent_request(a, "GET", "/v1/stats", {"Authorization": token})[0] == 401  # nor without its scheme
+        assert agent_request(a, "GET", "/v1/stats", {"Authorization": f"Bearer {token}x"})[0] == 401
+        assert agent_request(a, "GET", "/v1/stats", {"Authorization": f"bearer {token}"})[0] == 200
+        assert agent_request(a, "POST", f"/v1/stats?token={token}", {"Authorization": f"Bearer {token}"})[0] == 405
+        out, err = capfd.readouterr()
+        assert token not in out and token not in err
+    finally:
+        a.stop()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1", "localhost.evil.example"])
+def test_the_agent_refuses_a_public_address_without_a_token(host):
+    with pytest.raises(AgentError, match="token"):
+        start_agent(host=host, device_memory=64 * MiB, linger=0)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "localhost."])
+def test_the_agent_serves_loopback_names_without_a_token(host):
+    a = start_agent(host=host, device_memory=64 * MiB, linger=0)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.2" if host == "127.0.0.2" else "127.0.0.1", a.port, timeout=30)
+        conn.request("GET", "/v1/stats")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        a.stop()
