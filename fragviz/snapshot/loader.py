@@ -70,7 +70,11 @@ def read_file(path: str, source: str, limits: Limits) -> bytes:
             size = os.fstat(fh.fileno()).st_size
             if size > limits.max_file_size:
                 raise limits.refuse(source, "max_file_size", f"is {size:,} bytes")
-            data = fh.read(limits.max_file_size + 1)
+            data = fh.read(size) if size else b""
+            more = fh.read(1 << 20)
+            while more and len(data) <= limits.max_file_size:  # a file that grows, or one with no size (a pipe)
+                data += more
+                more = fh.read(1 << 20)
     except IsADirectoryError:
         raise SnapshotFormatError(source, "is a directory, not a snapshot file") from None
     except OSError as exc:
