@@ -1,6 +1,6 @@
 """Crashes and a full disk, measured on real processes and real snapshots.
 
-1. `fragviz ingest` of six real snapshots (one command, about a second and a half of work on this project's
+1. `fragviz ingest` of three real snapshots (one command, about a second on this project's
    machine), SIGKILLed 30 times after delays spread evenly (a fixed seed) over the measured length of an
    unkilled run: start-up, read, decode, parse, replay and the store's write. After each kill the store opens,
    passes `PRAGMA integrity_check` and `foreign_key_check`, still holds the snapshot it held before, holds no
@@ -27,6 +27,7 @@ import random
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ from typing import Any
 import pytest
 
 from fragviz import errors
+from fragviz.ingest import ingest_file
 from fragviz.store.reader import StoreReader
 from fragviz.store.schema import CHUNK_EVENTS, connect
 from helpers import REAL
@@ -45,10 +47,10 @@ TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_LOOP = os.path.join(TESTS, "live", "train_loop.py")
 SEED_FILE = os.path.join(REAL, "cs336silmont_small.pickle")  # what every store holds before the crash
 KILLED_FILES = [os.path.join(REAL, f"{name}.pickle") for name in (
-    "hanmin_train_19k", "cs336kk_ctx128_fullstep", "ftcourse", "sqattn_segment_free", "selectn_4dev",
-    "cs336kk_ctx128_forward")]
+    "hanmin_train_19k", "cs336kk_ctx128_fullstep", "sqattn_segment_free")]
 FULL_DISK_FILE = os.path.join(REAL, "hanmin_train_19k.pickle")  # about 3 MB of store
 INGEST_KILLS = 30
+WRITE_KILLS = 10  # of INGEST_KILLS: aimed into a write to the store
 ATTACH_KILLS = 8
 SEED = 20240806
 DEADLINE = 120.0  # seconds a condition may take to come true; only a bound, never a measurement
@@ -140,22 +142,25 @@ def counts_of(db: str) -> dict[str, int]:
         conn.close()
 
 
-def check_whole(reader: StoreReader, sid: int) -> None:
+def check_whole(db: str, reader: StoreReader, sid: int) -> None:
     """A snapshot whose parts add up to what its own summary says (for snapshots with no clean twin)."""
-    conn = reader._conn()  # a test reading the rows behind the reader, read-only
     summary = reader.snapshot_row(sid).summary
-    rows = {r[0]: r[1] for r in conn.execute("SELECT device, trace_events FROM devices WHERE snapshot_id = ?", (sid,))}
-    assert sorted(rows) == sorted(d["device"] for d in summary["devices"]), sid
-    for d in summary["devices"]:
-        dev, n = d["device"], d["trace_events"]
-        assert rows[dev] == n
+    conn = connect(db, readonly=True)
+    try:
+        rows = dict(conn.execute("SELECT device, trace_events FROM devices WHERE snapshot_id = ?", (sid,)).fetchall())
+        assert sorted(rows) == sorted(d["device"] for d in summary["devices"]), sid
 
-        def count(table: str) -> int:
+        def count(table: str, device: int) -> int:
             return conn.execute(f"SELECT count(*) FROM {table} WHERE snapshot_id = ? AND device = ?",
-                                (sid, dev)).fetchone()[0]
-        assert count("segments") == d["segments"] and count("blocks") == d["blocks"], (sid, dev)
-        assert count("trace_chunks") == math.ceil(n / CHUNK_EVENTS), (sid, dev)
-        assert count("series_chunks") == math.ceil((n + 1) / CHUNK_EVENTS), (sid, dev)
+                                (sid, device)).fetchone()[0]
+        for d in summary["devices"]:
+            dev, n = d["device"], d["trace_events"]
+            assert rows[dev] == n, (sid, dev)
+            assert count("segments", dev) == d["segments"] and count("blocks", dev) == d["blocks"], (sid, dev)
+            assert count("trace_chunks", dev) == math.ceil(n / CHUNK_EVENTS), (sid, dev)
+            assert count("series_chunks", dev) == math.ceil((n + 1) / CHUNK_EVENTS), (sid, dev)
+    finally:
+        conn.close()
     reader.load_analysis(sid)
 
 
@@ -178,39 +183,80 @@ def seeded(tmp_path_factory):
     return db
 
 
+def ingest_here(db: str, phase=None) -> None:
+    """The killed files ingested again by this process (no interpreter start-up to pay for)."""
+    conn = connect(db)
+    try:
+        for path in KILLED_FILES:
+            result = ingest_file(conn, path, name=path, phase=phase)
+            assert result.status in ("ingested", "unchanged"), result.error
+    finally:
+        conn.close()
+
+
+def store_phase_seconds(db: str) -> list[float]:
+    """An unkilled ingest in this process, timed: how long each file's write to the store takes."""
+    marks: list[tuple[str, float]] = []
+    ingest_here(db, phase=lambda name: marks.append((name, time.monotonic())))
+    marks.append(("end", time.monotonic()))
+    return [b[1] - a[1] for a, b in zip(marks, marks[1:]) if a[0] == "store"]
+
+
+def killed_ingest(db: str, err: str, kill_when) -> str:
+    """`fragviz ingest --progress` of the killed files, SIGKILLed when `kill_when(proc, err)` returns: its stdout."""
+    with open(err, "wb") as err_fh:
+        proc = subprocess.Popen([*FRAGVIZ, "ingest", *KILLED_FILES, "--db", db, "--progress"],
+                                stdout=subprocess.PIPE, stderr=err_fh, stdin=subprocess.DEVNULL, env=env())
+        try:
+            kill_when(proc, err)
+        finally:
+            sigkill(proc)
+    with proc.stdout:
+        return proc.stdout.read().decode()
+
+
+def after(delay: float):
+    return lambda proc, err: time.sleep(delay)
+
+
+def in_store_phase(k: int, delay: float):
+    """Once file k's write to the store has begun (the progress bar says so), `delay` seconds later."""
+    def wait(proc: subprocess.Popen, err: str) -> None:
+        while read(err).count(" store ") <= k and proc.poll() is None:
+            time.sleep(0.002)
+        time.sleep(delay)
+    return wait
+
+
 def test_an_ingest_killed_anywhere_leaves_a_whole_store_that_takes_the_files_again(seeded, tmp_path):
-    # an unkilled run, twice: how long it takes (for the kill points) and what a clean store holds
-    durations, clean = [], None
-    for i in range(2):
-        db = str(tmp_path / f"clean{i}.sqlite")
-        shutil.copyfile(seeded, db)
-        started = time.monotonic()
-        ingest(db, *KILLED_FILES)
-        durations.append(time.monotonic() - started)
-        parts, counts = check_consistent(db), counts_of(db)
-        assert clean is None or (parts, counts) == clean, "two clean ingests of the same files differ"
-        clean = (parts, counts)
-    clean_parts, clean_counts = clean
-    assert len(clean_parts) == 1 + len(KILLED_FILES)
+    # unkilled runs: how long the command takes and how long each write takes (for the kill points), and
+    # what a clean store holds
+    clean_db, here_db = str(tmp_path / "clean.sqlite"), str(tmp_path / "here.sqlite")
+    shutil.copyfile(seeded, clean_db)
+    shutil.copyfile(seeded, here_db)
+    started = time.monotonic()
+    ingest(clean_db, *KILLED_FILES)
+    duration = time.monotonic() - started
+    writes = store_phase_seconds(here_db)
+    clean_parts, clean_counts = check_consistent(clean_db), counts_of(clean_db)
+    assert (check_consistent(here_db), counts_of(here_db)) == (clean_parts, clean_counts)
+    assert len(clean_parts) == 1 + len(KILLED_FILES) and len(writes) == len(KILLED_FILES)
     seed_parts = check_consistent(seeded)
-    duration = sum(durations) / len(durations)
 
     rng = random.Random(SEED)
-    delays = [duration * (i + rng.random()) / INGEST_KILLS for i in range(INGEST_KILLS)]  # one in each slice
+    uniform = INGEST_KILLS - WRITE_KILLS
+    kills = [(f"after {(d := duration * (i + rng.random()) / uniform):.2f} s", after(d)) for i in range(uniform)]
+    for i in range(WRITE_KILLS):  # the write is short: aim some kills into it
+        k = i % len(KILLED_FILES)
+        d = writes[k] * rng.random()
+        kills.append((f"{d * 1000:.0f} ms into file {k}'s write", in_store_phase(k, d)))
     where: Counter = Counter()
-    for i, delay in enumerate(delays):
+    for i, (when, kill_when) in enumerate(kills):
         db, err = str(tmp_path / f"kill{i}.sqlite"), str(tmp_path / f"kill{i}.err")
         shutil.copyfile(seeded, db)
-        with open(err, "wb") as err_fh:
-            proc = subprocess.Popen([*FRAGVIZ, "ingest", *KILLED_FILES, "--db", db, "--progress"],
-                                    stdout=subprocess.PIPE, stderr=err_fh, stdin=subprocess.DEVNULL, env=env())
-            time.sleep(delay)
-            sigkill(proc)
-        out = proc.stdout.read().decode() if proc.stdout else ""
-        proc.stdout.close()
-        at = last_phase(err, out)
+        at = last_phase(err, killed_ingest(db, err, kill_when))
         where[at.split(":")[-1]] += 1
-        context = f"kill {i} after {delay:.2f} s ({at})"
+        context = f"kill {i} {when} ({at})"
 
         parts = check_consistent(db)
         assert set(seed_parts) <= set(parts), f"{context}: the snapshot the store held is gone"
@@ -218,15 +264,14 @@ def test_an_ingest_killed_anywhere_leaves_a_whole_store_that_takes_the_files_aga
             assert digest in clean_parts, f"{context}: a snapshot no clean ingest stores"
             assert owned == clean_parts[digest], f"{context}: a partial snapshot: {owned} != {clean_parts[digest]}"
 
-        again = ingest(db, *KILLED_FILES)
-        assert len(again.stdout.strip().splitlines()) == len(KILLED_FILES), again.stdout
+        ingest_here(db)
         assert check_consistent(db) == clean_parts, context
         assert counts_of(db) == clean_counts, context
         for path in (db, db + "-wal", db + "-shm", err):
             if os.path.exists(path):
                 os.remove(path)
-    print(f"\n{INGEST_KILLS} kills over an unkilled run of {duration:.2f} s, by the phase they hit: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(where.items())))
+    print(f"\n{INGEST_KILLS} kills ({WRITE_KILLS} aimed at a write) over an unkilled run of {duration:.2f} s, by "
+          f"the phase they hit: " + ", ".join(f"{k} {v}" for k, v in sorted(where.items())))
 
 
 # -- 2. the live poller killed --------------------------------------------------------------------------------
@@ -257,13 +302,24 @@ def start_attach(port: int, db: str, err_path: str, *args: str) -> subprocess.Po
 
 
 def live_rows(db: str, sql: str) -> int:
+    """A count from the store as it is now (0 while it, or its schema, is still being made)."""
     if not os.path.exists(db):
         return 0
-    conn = connect(db, readonly=True)
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     try:
         return conn.execute(sql).fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
     finally:
         conn.close()
+
+
+def recorded(db: str, snapshots: str) -> str:
+    """What the newest attachment recorded before it was killed, in words."""
+    samples = live_rows(db, "SELECT count(*) FROM live_samples WHERE attachment_id = "
+                            "(SELECT max(id) FROM live_attachments)")
+    state = live_rows(db, "SELECT count(*) FROM live_state WHERE attachment_id = (SELECT max(id) FROM live_attachments)")
+    return f"{samples} samples, {'its segments, ' if state else ''}{snapshots}"
 
 
 def check_live_store(db: str, checked: set[int]) -> tuple[int, int]:
@@ -285,7 +341,7 @@ def check_live_store(db: str, checked: set[int]) -> tuple[int, int]:
         rows = reader.list_snapshots()
         for row in rows:
             if row.id not in checked:
-                check_whole(reader, row.id)
+                check_whole(db, reader, row.id)
                 checked.add(row.id)
         return len(attachments), len(rows)
     finally:
@@ -310,6 +366,7 @@ def test_an_attach_killed_anywhere_leaves_a_readable_store_and_a_new_attach_reco
 
     rng = random.Random(SEED)
     span = 2 * first_snapshot  # the second snapshot's write is a kill point too
+    where: list[str] = []
     for i in range(ATTACH_KILLS):
         delay = span * (i + rng.random()) / ATTACH_KILLS
         err = str(tmp_path / f"attach{i}.err")
@@ -319,7 +376,11 @@ def test_an_attach_killed_anywhere_leaves_a_readable_store_and_a_new_attach_reco
         now_attachments, now_snapshots = check_live_store(db, checked)
         assert attachments <= now_attachments <= attachments + 1, f"kill {i} after {delay:.2f} s"
         assert now_snapshots >= snapshots
+        where.append(f"{delay:.2f} s: " + ("before its attachment row" if now_attachments == attachments else
+                                           recorded(db, f"{now_snapshots - snapshots} snapshots")))
         attachments, snapshots = now_attachments, now_snapshots
+
+    print(f"\n{ATTACH_KILLS} attach kills over {span:.2f} s (twice the time to a first snapshot): " + "; ".join(where))
 
     err = str(tmp_path / "last.err")
     proc = start_attach(port, db, err, "--duration", "3s")
@@ -380,12 +441,23 @@ DOCUMENTED_EXIT = {cls.exit_code for cls in vars(errors).values()
                    if isinstance(cls, type) and issubclass(cls, errors.FragvizError)}
 
 
+@pytest.fixture(scope="module")
+def clean_full(seeded, tmp_path_factory):
+    """What a clean store holds after the full-disk file is ingested into the seeded one: (parts, counts)."""
+    db = str(tmp_path_factory.mktemp("clean_full") / "clean.sqlite")
+    shutil.copyfile(seeded, db)
+    conn = connect(db)
+    try:
+        assert ingest_file(conn, FULL_DISK_FILE).status == "ingested"
+    finally:
+        conn.close()
+    return check_consistent(db), counts_of(db)
+
+
 @pytest.mark.parametrize("room", [256 * 1024, 0], ids=["room-to-open-not-to-write", "no-room-at-all"])
-def test_a_full_disk_gives_one_clear_line_and_keeps_the_store(small_disk, tmp_path, room):
-    clean = str(tmp_path / "clean.sqlite")
-    ingest(clean, SEED_FILE, FULL_DISK_FILE)
+def test_a_full_disk_gives_one_clear_line_and_keeps_the_store(small_disk, seeded, clean_full, room):
     db = os.path.join(small_disk, "store.sqlite")
-    ingest(db, SEED_FILE)
+    shutil.copyfile(seeded, db)
     before_parts, before_counts = check_consistent(db), counts_of(db)
 
     filler = fill(small_disk, room)
@@ -395,9 +467,9 @@ def test_a_full_disk_gives_one_clear_line_and_keeps_the_store(small_disk, tmp_pa
     assert counts_of(db) == before_counts
     again = ingest(db, FULL_DISK_FILE)
     assert "ingested as snapshot 2" in again.stdout
-    assert check_consistent(db) == check_consistent(clean) and counts_of(db) == counts_of(clean)
+    assert (check_consistent(db), counts_of(db)) == clean_full
 
-    # what the user was told when the disk was full
+    # what the user was told when the disk was full (last: the store's checks above hold already)
     lines = [line for line in full.stderr.splitlines() if line.strip()]
     assert full.returncode in DOCUMENTED_EXIT - {0, 1}, f"exit {full.returncode}: {full.stderr}"
     assert len(lines) == 1 and "Traceback" not in full.stderr, full.stderr
