@@ -32,16 +32,35 @@ def fragviz(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           preexec_fn=_limit_memory, env={**os.environ, **(env or {})})
 
 
-def refused(path: str, *words: str, env: dict | None = None) -> str:
-    """Report on `path` through the CLI: exit 2 with one line that names the file (and `words`)."""
-    out = fragviz("report", path, env=env)
-    lines = out.stderr.strip().splitlines()
-    assert out.returncode == 2, out.stderr[-2000:]
-    assert len(lines) == 1 and path in lines[0], out.stderr[-2000:]
+def refused(path: str, *words: str, env: dict | None = None, child: bool = True) -> str:
+    """Report on `path` through the CLI: exit 2 with one line that names the file (and `words`).
+
+    `child=False` runs the command in this process (for inputs that are only malformed, not bombs).
+    """
+    if child:
+        out = fragviz("report", path, env=env)
+        status, err = out.returncode, out.stderr
+    else:
+        status, err = in_process("report", path)
+    lines = err.strip().splitlines()
+    assert status == 2, err[-2000:]
+    assert len(lines) == 1 and path in lines[0], err[-2000:]
     assert len(lines[0]) < len(path) + 400
     for w in words:
         assert w in lines[0]
     return lines[0]
+
+
+def in_process(*args: str) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    from fragviz.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        status = main(list(args))
+    return status, err.getvalue()
 
 
 def reported(path: str) -> str:
@@ -127,12 +146,14 @@ def test_a_billion_laughs_is_refused_before_it_is_walked(tmp_path, where):
 # -- cheap inputs, huge costs ------------------------------------------------------------------------------
 
 def test_a_small_gzip_that_inflates_to_gigabytes_is_refused_from_the_first_bytes(tmp_path):
+    small = tmp_path / "small-bomb.pickle.gz"
+    small.write_bytes(gzip.compress(b"\x80\x04]" + b"\x00" * (64 * MiB), 9))  # 65 KB -> 64 MiB
+    refused(str(small), "max_inflate_ratio")
     path = tmp_path / "bomb.pickle.gz"
-    with gzip.open(path, "wb", compresslevel=9) as fh:
-        fh.write(b"\x80\x04]")
-        for _ in range(64):  # 64 x 80 MiB of the same byte: ~5.2 GB inflated, ~5 MB compressed
-            fh.write(b"\x00" * (80 * MiB))
-    refused(str(path), "max_inflate_ratio", "FRAGVIZ_MAX_INFLATE_RATIO")
+    member = gzip.compress(b"\x00" * (64 * MiB), 9)  # ~65 KB; gzip members may follow one another
+    path.write_bytes(gzip.compress(b"\x80\x04]", 9) + member * 80)  # ~5.4 GB inflated from ~5 MB
+    refused(str(path), "max_inflate_ratio", "FRAGVIZ_MAX_INFLATE_RATIO", env={"FRAGVIZ_MAX_INFLATE_RATIO": "20"})
+    refused(str(path), "max_inflated_size", "FRAGVIZ_MAX_INFLATED_SIZE", env={"FRAGVIZ_MAX_INFLATED_SIZE": "50MiB"})
 
 
 def memo_trace(events: int) -> bytes:
@@ -198,7 +219,7 @@ def test_values_past_int64_are_one_clean_error(tmp_path, field, value):
         evt.update({"action": "oom", "size": 1, "stream": 0})
     target[key] = value
     path = write_pickle(str(tmp_path / "s.pickle"), data)
-    line = refused(path, key)
+    line = refused(path, key, child=False)
     assert str(value)[:60] in line or "bits" in line
 
 
@@ -221,13 +242,13 @@ def test_deep_nesting_is_one_clean_error(tmp_path, where):
 def test_a_block_state_that_is_a_list_is_one_clean_error(tmp_path):
     data = small_snapshot()
     data["segments"][0]["blocks"][0]["state"] = ["active_allocated"]
-    refused(write_pickle(str(tmp_path / "s.pickle"), data), "state")
+    refused(write_pickle(str(tmp_path / "s.pickle"), data), "state", child=False)
 
 
 @pytest.mark.parametrize("threshold", ["0.5", [0.5], 7])
 def test_a_garbage_collection_threshold_that_is_not_a_fraction_is_one_clean_error(tmp_path, threshold):
     data = small_snapshot(allocator_settings={"garbage_collection_threshold": threshold})
-    refused(write_pickle(str(tmp_path / "s.pickle"), data), "garbage_collection_threshold")
+    refused(write_pickle(str(tmp_path / "s.pickle"), data), "garbage_collection_threshold", child=False)
 
 
 def test_a_free_after_its_segment_was_freed_is_replayed_not_a_crash(tmp_path):
