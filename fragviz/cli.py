@@ -121,6 +121,12 @@ def _parser() -> argparse.ArgumentParser:
     att.add_argument("--duration", help="stop after this long (default: until Ctrl-C)")
     att.set_defaults(run=_cmd_attach)
 
+    lim = sub.add_parser("limits", help="print every setting and input limit, its value and where it came from",
+                         description="Settings come from an option, $FRAGVIZ_<NAME>, fragviz.toml ($FRAGVIZ_CONFIG, "
+                         "./fragviz.toml or ~/.config/fragviz/fragviz.toml), or the default, first match wins.")
+    lim.add_argument("--json", action="store_true", help="print one JSON object")
+    lim.set_defaults(run=_cmd_limits)
+
     srv = sub.add_parser("serve", help="serve the dashboard (and its HTTP API) over a store")
     srv.add_argument("--db", help=db_help)
     srv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; "
@@ -188,6 +194,22 @@ def _print_ingest_line(result, debug: bool = False) -> None:
         print(f"{result.file}: already in the store as snapshot {result.id} (unchanged)")
     else:
         print(f"{result.file}: ingested as snapshot {result.id}")
+
+
+def _cmd_limits(args: argparse.Namespace) -> int:
+    from fragviz.settings import config_path, describe, setting
+
+    rows = describe()
+    for name, *_ in rows:
+        setting(name)  # a bad value is refused here, with where it came from
+    if args.json:
+        print(json.dumps({"config": config_path(), "settings": [
+            {"name": n, "value": v, "from": o, "help": h} for n, v, o, h in rows]}))
+        return 0
+    width = max(len(n) for n, *_ in rows)
+    for name, value, origin, help_text in rows:
+        print(f"{name:<{width}}  {value:<14} {origin:<22} {help_text}")
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -186,6 +186,22 @@ def test_the_events_limit_is_configurable(tmp_path):
     assert out.returncode == 0, out.stderr
 
 
+def test_limits_show_where_each_came_from_and_bad_values_are_named(tmp_path):
+    import json
+
+    config = tmp_path / "fragviz.toml"
+    config.write_text("[fragviz]\nmax_frames = 50\n")
+    out = fragviz("limits", "--json", env={"FRAGVIZ_CONFIG": str(config), "FRAGVIZ_MAX_STRING": "1000"})
+    rows = {r["name"]: r for r in json.loads(out.stdout)["settings"]}
+    assert rows["max_frames"]["value"] == "50" and rows["max_frames"]["from"] == str(config)
+    assert rows["max_string"]["from"] == "$FRAGVIZ_MAX_STRING" and rows["max_depth"]["from"] == "default"
+    config.write_text("max_frame = 50\n")
+    out = fragviz("limits", env={"FRAGVIZ_CONFIG": str(config)})
+    assert out.returncode == 2 and "unknown setting 'max_frame'" in out.stderr
+    out = fragviz("limits", env={"FRAGVIZ_MAX_EVENTS": "lots"})
+    assert out.returncode == 2 and "max_events" in out.stderr and "FRAGVIZ_MAX_EVENTS" in out.stderr
+
+
 def test_warnings_about_many_segments_are_collected_in_linear_time_and_capped(tmp_path):
     segs = [{"device": 0, "address": (i + 1) << 22, "total_size": 2 * MiB, "stream": 0,
              "blocks": [{"address": (i + 1) << 22, "size": MiB, "state": "inactive"}]} for i in range(100_000)]
