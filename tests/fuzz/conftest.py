@@ -1,4 +1,4 @@
-"""One worker pool for the fuzz tests: two processes (or the CPUs), a 3 GiB address space each, 10 s an input."""
+"""One worker pool for the fuzz tests: two processes (or the CPUs), a 3 GiB address space each, 20 s an input."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import pytest
 
 from .harness import Pool
 
-DEADLINE_S = float(os.environ.get("FRAGVIZ_FUZZ_DEADLINE", 10))
+DEADLINE_S = float(os.environ.get("FRAGVIZ_FUZZ_DEADLINE", 20))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,90 @@
+"""The fuzz findings of issue 8, as inputs built from scratch: `python tests/fuzz/findings/reproducers.py [OUT]`.
+
+Writes each reproducer to OUT (default: a temporary folder) and runs it through the fuzz harness's checks
+in this process, printing what fragviz does with it now. See README.md beside this file.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # tests/: the fuzz package
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.dirname(HERE))))  # the repository
+
+from fuzz.encode import Nest, to_pickle  # noqa: E402
+from fuzz.hostile import snapshot_template  # noqa: E402
+
+
+def declared_4gib_bytes() -> bytes:
+    """F1: 11 bytes; BINBYTES declares 4 GiB; the C unpickler allocates it before it reads."""
+    return b"\x80\x04B\xff\xff\xff\xffabc."
+
+
+def declared_2e62_bytearray() -> bytes:
+    """F1: 12 bytes; BYTEARRAY8 declares 2^62 bytes (allocation fails at once, whatever the memory)."""
+    return b"\x80\x04\x96" + struct.pack("<Q", 1 << 62) + b"."
+
+
+def deep_annotation_message() -> bytes:
+    """F2: an annotation nested 65 dicts deep under 40-character keys: the refusal is 2,860 characters long."""
+    snap = snapshot_template()
+    snap["external_annotations"][0] = Nest(65, 1, "dict")
+    data = to_pickle(snap, 4)
+    return data.replace(b"\x8c\x01k", b"\x8c\x28" + b"k" * 40)  # the nest's key, 40 characters
+
+
+def event_size_int64_max() -> bytes:
+    """F3: one trace event of size 2^63-1 (in range for int64, so parse accepts it): replay overflows."""
+    snap = snapshot_template()
+    snap["device_traces"][0][1]["size"] = 2 ** 63 - 1
+    return pickle.dumps(snap, protocol=4)
+
+
+def block_size_int64_max() -> bytes:
+    """F3: a block of size 2^63-1 in the final state: the same overflow."""
+    snap = snapshot_template()
+    snap["segments"][0]["blocks"][0]["size"] = 2 ** 63 - 1
+    return pickle.dumps(snap, protocol=4)
+
+
+REPRODUCERS = {
+    "F1-declared-4GiB-binbytes.pickle": declared_4gib_bytes,
+    "F1-declared-2e62-bytearray8.pickle": declared_2e62_bytearray,
+    "F2-deep-annotations-long-message.pickle": deep_annotation_message,
+    "F3-event-size-int64-max.pickle": event_size_int64_max,
+    "F3-block-size-int64-max.pickle": block_size_int64_max,
+}
+
+
+def main(out: str) -> None:
+    import resource
+
+    from fuzz.harness import BASELINE_SNAPSHOT, _Checker
+    from fragviz.ingest import ingest_file
+    from fragviz.store.schema import connect
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    os.makedirs(out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="fragviz-findings-")
+    baseline = os.path.join(work, "baseline.sqlite")
+    conn = connect(baseline)
+    real = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE)))), "shared",
+                        "real_snapshots")
+    ingest_file(conn, os.path.join(real, BASELINE_SNAPSHOT))
+    conn.close()
+    for name, build in REPRODUCERS.items():
+        data = build()
+        with open(os.path.join(out, name), "wb") as fh:
+            fh.write(data)
+        checker = _Checker(baseline, work, "full")
+        checker.run(data, name)
+        verdict = "; ".join(f.describe() for f in checker.failures) or "passes"
+        print(f"{name} ({len(data)} bytes): {verdict}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="fragviz-findings-out-"))
