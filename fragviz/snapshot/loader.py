@@ -56,6 +56,23 @@ class _RestrictedUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("refuses persistent ids")
 
 
+class _RestrictedPyUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
+    """The same refusals on Python's pure unpickler (slow; used only after the C one ran out of memory)."""
+
+    find_class = _RestrictedUnpickler.find_class
+    persistent_load = _RestrictedUnpickler.persistent_load
+    dispatch = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+
+    def _load_bytearray8(self) -> None:  # Python's allocates the declared size first, too
+        size = int.from_bytes(self.read(8), "little")
+        value = self.read(size)
+        if len(value) < size:
+            raise EOFError
+        self.append(bytearray(value))
+
+    dispatch[pickle.BYTEARRAY8[0]] = _load_bytearray8
+
+
 def read_raw(path: str, name: str | None = None, limits: Limits | None = None) -> RawSnapshot:
     """Read the file at `path` and decode it to plain data."""
     source = name or path
@@ -132,10 +149,34 @@ def _unpickle(data: bytes, source: str) -> Any:
     except EOFError:
         raise SnapshotFormatError(source, "is truncated: the pickle ends before its STOP opcode") from None
     except MemoryError:
-        raise SnapshotFormatError(source, "needs more memory to unpickle than is available") from None
+        pass  # below: a declared size the file does not hold, or a pickle too big for this machine
     except RecursionError:
         raise SnapshotFormatError(source, "is nested too deeply to be a snapshot") from None
     except Exception as exc:  # noqa: BLE001  any other failure of the decoder on untrusted bytes is a bad file
+        raise SnapshotFormatError(source, f"is a corrupt pickle ({type(exc).__name__}: {cut(str(exc))})") from None
+    return _unpickle_reading_as_declared(data, source)
+
+
+def _unpickle_reading_as_declared(data: bytes, source: str) -> Any:
+    """After a MemoryError: again with Python's own unpickler, which reads a counted value before it allocates.
+
+    The C unpickler allocates a BINBYTES value at its declared size before reading it, so 11 bytes can ask
+    for gigabytes; read as declared, such a file is simply truncated.
+    """
+    try:
+        return _RestrictedPyUnpickler(io.BytesIO(data)).load()
+    except MemoryError:
+        raise SnapshotFormatError(source, "needs more memory to unpickle than is available") from None
+    except pickle.UnpicklingError as exc:
+        msg = cut(str(exc))
+        if msg.startswith("refuses"):
+            raise SnapshotFormatError(source, f"is not plain snapshot data: the pickle {msg}") from None
+        raise SnapshotFormatError(source, f"is a corrupt pickle ({msg})") from None
+    except EOFError:
+        raise SnapshotFormatError(source, "is truncated: a value is shorter than its declared size") from None
+    except RecursionError:
+        raise SnapshotFormatError(source, "is nested too deeply to be a snapshot") from None
+    except Exception as exc:  # noqa: BLE001
         raise SnapshotFormatError(source, f"is a corrupt pickle ({type(exc).__name__}: {cut(str(exc))})") from None
 
 

@@ -88,7 +88,7 @@ class Values:
         if isinstance(value, (list, tuple)):
             return [self._plain(v, where, depth + 1) for v in value]
         if isinstance(value, dict):
-            return {self._key(k, where): self._plain(v, f"{where} '{cut(str(k), 40)}'" if isinstance(k, str)
+            return {self._key(k, where): self._plain(v, f"{where} '{cut(k, 40)}'" if depth == 0 and isinstance(k, str)
                                                      else where, depth + 1) for k, v in value.items()}
         raise self.fail(f"{where} holds {describe(value)}, which is not plain data")
 
