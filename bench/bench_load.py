@@ -234,7 +234,8 @@ def figures(values: list[float]) -> tuple[float, float, float]:
 
 def line(label: str, loaded: list[float], idle: list[float] | None = None) -> str:
     p50, p95, top = figures(loaded)
-    text = f"  {label:<30} n={len(loaded):<5} p50 {p50 * 1000:8.1f} ms  p95 {p95 * 1000:8.1f} ms  max {top * 1000:8.1f} ms"
+    text = (f"  {label:<34} n={len(loaded):<5} p50 {p50 * 1000:8.1f} ms  p95 {p95 * 1000:8.1f} ms  "
+            f"max {top * 1000:8.1f} ms")
     if idle:
         i50, i95, _ = figures(idle)
         text += f"   x idle: p50 {p50 / i50:5.1f}  p95 {p95 / i95:5.1f}"
@@ -353,7 +354,8 @@ def main() -> int:
                             f"{ {k: first[k] for k in bad} }")
 
         tries = Counter(status for u in uploads for status, _ in u.attempts)
-        print(f"uploads done in {wall:.1f} s; answers to the {sum(tries.values())} sends: {dict(sorted(tries.items()))}; "
+        print(f"uploads done in {wall:.1f} s; answers to the {sum(tries.values())} sends: "
+              f"{dict(sorted(tries.items()))}; "
               f"{sum(c.rounds for c in clients)} page rounds, {len(views)} page views, "
               f"{sum(bad.values()) + sum(also_idle.values())} not 2xx")
         for key, n in also_idle.items():

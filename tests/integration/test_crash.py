@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 
+import fragviz.ingest
 from fragviz import errors
 from fragviz.ingest import ingest_file
 from fragviz.store.reader import StoreReader
@@ -54,7 +55,6 @@ WRITE_KILLS = 10  # of INGEST_KILLS: aimed into a write to the store
 ATTACH_KILLS = 8
 SEED = 20240806
 DEADLINE = 120.0  # seconds a condition may take to come true; only a bound, never a measurement
-PHASES = ("read", "decode", "parse", "replay", "store")
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
@@ -316,9 +316,9 @@ def live_rows(db: str, sql: str) -> int:
 
 def recorded(db: str, snapshots: str) -> str:
     """What the newest attachment recorded before it was killed, in words."""
-    samples = live_rows(db, "SELECT count(*) FROM live_samples WHERE attachment_id = "
-                            "(SELECT max(id) FROM live_attachments)")
-    state = live_rows(db, "SELECT count(*) FROM live_state WHERE attachment_id = (SELECT max(id) FROM live_attachments)")
+    newest = "WHERE attachment_id = (SELECT max(id) FROM live_attachments)"
+    samples = live_rows(db, f"SELECT count(*) FROM live_samples {newest}")
+    state = live_rows(db, f"SELECT count(*) FROM live_state {newest}")
     return f"{samples} samples, {'its segments, ' if state else ''}{snapshots}"
 
 
@@ -437,8 +437,10 @@ def fill(path: str, leave: int) -> str:
     return filler
 
 
-DOCUMENTED_EXIT = {cls.exit_code for cls in vars(errors).values()
-                   if isinstance(cls, type) and issubclass(cls, errors.FragvizError)}
+# the exit statuses fragviz documents: its errors' own, and an ingest's outcomes where it names them
+DOCUMENTED_EXIT = ({cls.exit_code for cls in vars(errors).values()
+                    if isinstance(cls, type) and issubclass(cls, errors.FragvizError)}
+                   | set(getattr(fragviz.ingest, "EXIT_STATUS", {}).values()))
 
 
 @pytest.fixture(scope="module")
