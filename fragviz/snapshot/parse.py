@@ -83,6 +83,7 @@ def parse_snapshot(raw: RawSnapshot, limits: Limits | None = None) -> Snapshot:
     segments = tuple(_parse_segment(d, i, ctx) for i, d in enumerate(segments_data))
     traces = {dev: _parse_trace(dev, entries, ctx) for dev, entries in enumerate(traces_data)}
     _check_devices(segments, traces, ctx)
+    _check_totals(segments, traces, ctx)
     fmt = _format_info(raw, ctx, segments_data, traces)
     return Snapshot(
         source=raw.source, format=fmt, segments=segments, traces=traces,
@@ -371,6 +372,28 @@ def _find_bad_entry(device: int, entries: list, ctx: _Context) -> None:
         for key in ("addr", "size", "stream", "time_us", "device_free"):
             if key in e:
                 ctx.values.integer(e[key], f"{where} '{key}'", INT64_MIN, INT64_MAX)
+
+
+# Every figure fragviz derives (allocated, requested, reserved at any event; a block's end) is at most the sum
+# of the sizes in the file, or an address plus a size: bounding those keeps every figure inside int64.
+MAX_TOTAL_BYTES = 1 << 62
+
+
+def _check_totals(segments: tuple[Segment, ...], traces: dict[int, Trace], ctx: _Context) -> None:
+    total = float(sum(s.total_size + sum(b.size + b.requested_size for b in s.blocks) for s in segments))
+    for dev, t in traces.items():
+        total += float(t.size.astype(np.float64).sum())
+        ends = t.addr.astype(np.float64) + t.size.astype(np.float64)
+        if len(t) and ends.max() >= 2.0**63:
+            i = int(np.argmax(ends >= 2.0**63))
+            raise ctx.fail(f"device {dev}'s trace entry {i} ends past the 64-bit address range "
+                           f"(addr {int(t.addr[i]):#x} + size {int(t.size[i]):,})")
+    for i, s in enumerate(segments):
+        if s.end > INT64_MAX or any(b.address + b.size > INT64_MAX for b in s.blocks):
+            raise ctx.fail(f"segment {i} ends past the 64-bit address range")
+    if total >= MAX_TOTAL_BYTES:
+        raise ctx.fail("its sizes add up to more than 2**62 bytes: no device holds that, so it is not a "
+                       "real snapshot")
 
 
 def _check_devices(segments: tuple[Segment, ...], traces: dict[int, Trace], ctx: _Context) -> None:
