@@ -10,6 +10,7 @@ import pickle
 import struct
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # tests/: the fuzz package
@@ -51,12 +52,27 @@ def block_size_int64_max() -> bytes:
     return pickle.dumps(snap, protocol=4)
 
 
+def cyclic_settings_message() -> bytes:
+    """F2: a dict that holds itself (a memo reference): refused for depth, with a 600-character path."""
+    return (b"(dVallocator_settings\n(dVroundup_power2_divisions\n(dp0\nV128\ng0\nsss"
+            b"Vsegments\n(lsVdevice_traces\n(l(las.")
+
+
+def gzip_members_bomb() -> bytes:
+    """F4: 80 gzip members of 64 MiB of zeros each (5.2 MB): inflated to the 200x ratio cap (1 GiB) first."""
+    from fuzz.gzip_cases import bomb_member
+
+    return bomb_member(64 << 20) * 80
+
+
 REPRODUCERS = {
     "F1-declared-4GiB-binbytes.pickle": declared_4gib_bytes,
     "F1-declared-2e62-bytearray8.pickle": declared_2e62_bytearray,
     "F2-deep-annotations-long-message.pickle": deep_annotation_message,
     "F3-event-size-int64-max.pickle": event_size_int64_max,
     "F3-block-size-int64-max.pickle": block_size_int64_max,
+    "F2-cyclic-settings-long-message.pickle": cyclic_settings_message,
+    "F4-gzip-80-members-1GiB.pickle.gz": gzip_members_bomb,
 }
 
 
@@ -81,9 +97,11 @@ def main(out: str) -> None:
         with open(os.path.join(out, name), "wb") as fh:
             fh.write(data)
         checker = _Checker(baseline, work, "full")
+        t0 = time.monotonic()
         checker.run(data, name)
+        took = time.monotonic() - t0
         verdict = "; ".join(f.describe() for f in checker.failures) or "passes"
-        print(f"{name} ({len(data)} bytes): {verdict}")
+        print(f"{name} ({len(data)} bytes, {took:.1f} s): {verdict}")
 
 
 if __name__ == "__main__":
