@@ -15,6 +15,7 @@ from fragviz.limits import Limits
 from fragviz.snapshot.loader import content_hash, decode_bytes, read_file
 from fragviz.units import cut
 from fragviz.snapshot.parse import parse_snapshot
+from fragviz.store.schema import database_path, disk_is_full
 from fragviz.store.writer import find_by_hash, write_analysis
 
 PhaseFn = Callable[[str], None]
@@ -88,6 +89,9 @@ def _guarded(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, p
     except sqlite3.Error as exc:
         if is_busy(exc):
             return IngestResult(source, None, "busy", f"{source}: the store is busy with another writer; try again")
+        if disk_is_full(database_path(conn), exc):
+            return IngestResult(source, None, "store_error", f"{source}: the store cannot grow: the disk is full "
+                                                             f"({cut(str(exc))}); it is unchanged")
         return IngestResult(source, None, "store_error", f"{source}: the store could not be written "
                                                          f"({cut(str(exc))}); it is unchanged")
     except Exception as exc:  # a bug must not take the other files of a batch down, nor leave a partial write

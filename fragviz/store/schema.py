@@ -192,11 +192,39 @@ def store_error(path: str, exc: sqlite3.Error) -> StoreError:
     text = str(exc)
     if "locked" in text or "busy" in text:
         return StoreBusyError(f"{path}: the store is busy with another writer; try again")
-    if "full" in text:
-        return StoreError(f"{path}: the store cannot grow: the disk is full ({text})")
+    if disk_is_full(path, exc):
+        return StoreError(f"{path}: the store cannot grow: the disk is full ({cut(text)}); it is unchanged")
     if isinstance(exc, sqlite3.OperationalError):
         return StoreError(f"{path}: the store cannot be opened or written ({cut(text)})")
     return StoreError(f"{path}: not a fragviz store ({cut(text)})")
+
+
+# SQLite's names for a write that found no room: the database, its journal, or its shared-memory index
+_FULL_ERRORS = {"SQLITE_FULL", "SQLITE_IOERR_SHMSIZE", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC",
+                "SQLITE_IOERR_TRUNCATE", "SQLITE_CANTOPEN"}
+FREE_SPACE_FLOOR = 1 << 20
+
+
+def disk_is_full(path: str, exc: sqlite3.Error) -> bool:
+    """True when `exc` is SQLite finding no room for the store at `path` (its error name, or no free space)."""
+    if getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or "full" in str(exc):
+        return True
+    if getattr(exc, "sqlite_errorname", "") not in _FULL_ERRORS:
+        return False
+    try:
+        stat = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return False
+    return stat.f_bavail * stat.f_frsize < FREE_SPACE_FLOOR
+
+
+def database_path(conn: sqlite3.Connection) -> str:
+    """The file behind a connection (for messages)."""
+    try:
+        row = conn.execute("PRAGMA database_list").fetchone()
+    except sqlite3.Error:
+        return "the store"
+    return row[2] if row and row[2] else "the store"
 
 
 class NewStore:
@@ -238,12 +266,12 @@ def new_store_guard(path: str) -> Iterator[NewStore]:
 
 def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
     have = _version(conn, path)
-    if have is None:
-        conn.executescript("BEGIN IMMEDIATE;" + DDL + LIVE_DDL + "COMMIT;")
+    if have is None:  # the tables and their version in one transaction: a reader never sees one without the other
         from fragviz import __version__
 
-        conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        conn.execute("INSERT OR REPLACE INTO meta VALUES ('created_by', ?)", (f"fragviz {__version__}",))
+        conn.executescript("BEGIN IMMEDIATE;" + DDL + LIVE_DDL
+                           + f"INSERT OR REPLACE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
+                           + f"INSERT OR REPLACE INTO meta VALUES ('created_by', 'fragviz {__version__}');COMMIT;")
     elif have < SCHEMA_VERSION:
         migrate(conn, path, have)
 

@@ -41,7 +41,8 @@ def write_analysis(conn: sqlite3.Connection, analysis: Analysis, content_hash: s
         conn.execute("COMMIT")
         return sid, True
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # SQLite may have rolled back already (a full disk): keep the first error
+            conn.execute("ROLLBACK")
         raise
 
 
