@@ -338,7 +338,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(db_path(args.db), token=token, samples=args.samples, host=args.host,
                      allowed_hosts=tuple(args.allowed_host))
     if args.debug:
-        app.run(host=args.host, port=args.port, debug=True, threaded=True, request_handler=request_handler(read_timeout))
+        app.run(host=args.host, port=args.port, debug=True, threaded=True,
+                request_handler=request_handler(read_timeout))
         return 0
 
     def ready(port: int) -> None:

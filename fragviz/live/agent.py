@@ -7,7 +7,8 @@
 It runs in daemon threads and never disturbs the job: every request is served on its own thread with a
 socket timeout, at most MAX_CONCURRENT at once (503 and Retry-After beyond), and its errors are counted, never
 raised into the job. It answers GET only (405 to anything else), to a Host header that names this machine
-when it listens on loopback, with a token only in `Authorization: Bearer`, and logs nothing. Standard library, fragviz.live.protocol, lazy torch and fragviz's core only (see sources.py).
+when it listens on loopback, with a token only in `Authorization: Bearer`, and logs nothing. Standard
+library, fragviz.live.protocol, lazy torch and fragviz's core only (see sources.py).
 """
 from __future__ import annotations
 

@@ -150,7 +150,7 @@ def post_file(server, path, data: bytes | None = None, name: str | None = None):
         return json.loads(exc.read()), exc.code
 
 
-def test_an_access_token_protects_pages_and_api(tmp_path):
+def test_an_access_token_protects_pages_and_api(page, tmp_path):
     srv = Server(str(tmp_path / "t.sqlite"), env={"FRAGVIZ_TOKEN": "s3cret"}, samples=False)
     try:
         for path in ("/", "/api/snapshots"):
@@ -161,21 +161,29 @@ def test_an_access_token_protects_pages_and_api(tmp_path):
             else:
                 raise AssertionError(f"{path} answered without the token")
         assert srv.get_json("/api/snapshots", {"Authorization": "Bearer s3cret"}) == []
-        with urllib.request.urlopen(srv.url + "/?token=s3cret", timeout=10) as resp:
-            assert resp.status == 200 and "fragviz_token" in resp.headers.get("Set-Cookie", "")
+        # A person opens the page once with ?token=: a cookie holding a value derived from it, and a clean URL
+        page.goto(srv.url + "/?token=s3cret")
+        page.wait_for_selector("#upload input[type=file]", state="attached")  # the page's callbacks were let in
+        assert "token" not in page.url
+        assert page.evaluate("document.cookie") == ""  # HttpOnly: no script on the page can read it
+        (cookie,) = page.context.cookies()
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and "s3cret" not in cookie["value"]
+        upload(page, srv, os.path.join(ROOT, "sample_snapshots", "gpt_train.pickle.gz"))  # a write from the page
+        assert page.locator("#upload-results .fv-upload-row.fv-ok").count() == 1
+        assert [r["name"] for r in srv.get_json("/api/snapshots", {"Authorization": "Bearer s3cret"})] == [
+            "gpt_train.pickle.gz"]
+        assert page.errors == []
     finally:
         srv.stop()
 
 
-def test_binding_beyond_loopback_warns(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "fragviz.cli", "serve", "--db", str(tmp_path / "w.sqlite"),
-                             "--host", "0.0.0.0", "--port", "0"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stderr.readline()
-        assert "warning: serving on 0.0.0.0" in line and "no access token" in line
-    finally:
-        proc.kill()
-        proc.wait()
+def test_binding_beyond_loopback_without_a_token_refuses_to_start(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "FRAGVIZ_TOKEN"}
+    out = subprocess.run([sys.executable, "-m", "fragviz.cli", "serve", "--db", str(tmp_path / "w.sqlite"),
+                          "--host", "0.0.0.0", "--port", "0"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2
+    assert "refusing to serve on 0.0.0.0 without a token" in out.stderr and len(out.stderr.splitlines()) == 1
 
 
 def test_what_if_runs_in_the_background_and_overlays_the_run(page, server):

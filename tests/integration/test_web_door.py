@@ -386,7 +386,8 @@ def test_the_servers_own_names_are_answered(small, host):
 
 
 @pytest.mark.parametrize("header, value", [("Origin", "http://evil.example"), ("Origin", "null"),
-                                           ("Origin", "http://127.0.0.1:{other}"), ("Origin", "https://127.0.0.1:{port}"),
+                                           ("Origin", "http://127.0.0.1:{other}"),
+                                           ("Origin", "https://127.0.0.1:{port}"),
                                            ("Referer", "http://evil.example/page"),
                                            ("Referer", "http://localhost.evil.example:{port}/")])
 def test_a_cross_site_write_is_403(small, tmp_path, header, value):
