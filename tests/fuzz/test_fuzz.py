@@ -13,8 +13,8 @@ import pytest
 
 from .harness import Outcome, summary
 
-STRUCTURED = int(os.environ.get("FRAGVIZ_FUZZ_STRUCTURED", 1500))
-BYTES = int(os.environ.get("FRAGVIZ_FUZZ_BYTES", 1000))
+STRUCTURED = int(os.environ.get("FRAGVIZ_FUZZ_STRUCTURED", 1200))
+BYTES = int(os.environ.get("FRAGVIZ_FUZZ_BYTES", 800))
 
 
 def _check(outcomes: list[Outcome], save_dir: str) -> None:
