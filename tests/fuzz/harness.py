@@ -39,6 +39,9 @@ MEMORY_LIMIT = 3 << 30
 DEADLINE_S = 20.0
 BASELINE_SNAPSHOT = "diffusion_tiny.pickle"
 MEMORY_WORDS = ("memory available", "more memory")
+# RLIMIT_AS makes an allocation past the limit fail at once (and fragviz may then recover); one that fits
+# but takes most of it is as much a failure: an input may not make a worker's peak RSS pass this.
+PEAK_RSS_MB = 2048
 
 
 # Results ------------------------------------------------------------------------------------------
@@ -319,6 +322,10 @@ def worker_main() -> None:
         finally:
             faulthandler.cancel_dump_traceback_later()
         seconds = time.monotonic() - t0
+        peak = _peak_mb()
+        if peak > PEAK_RSS_MB:
+            checker.failures.append(Failure("memory", "any", "peak-rss", "",
+                                            f"peak RSS {peak:.0f} MB for a {len(data):,}-byte input"))
         ran = os.listdir(canary_dir)
         if ran:
             checker.failures.append(Failure("code-ran", "any", "", "", f"canary files: {sorted(ran)}"))
@@ -326,7 +333,7 @@ def worker_main() -> None:
                 os.remove(os.path.join(canary_dir, f))
         del data
         gc.collect()
-        out.write(json.dumps({"status": status, "seconds": seconds, "peak_mb": _peak_mb(),
+        out.write(json.dumps({"status": status, "seconds": seconds, "peak_mb": peak,
                               "failures": [f.__dict__ for f in checker.failures]}) + "\n")
         out.flush()
 

@@ -409,6 +409,8 @@ def length_cases() -> list[Case]:
         "short-binunicode-past-end": b"\x8c\xffabc",
         "binget-unset": b"h\xee",
         "long-binget-2^32-1": b"j\xff\xff\xff\xff",
+        "long-binput-150M": b"N" + b"r" + struct.pack("<I", 150_000_000),  # the C memo grows to 2x the index
+        "long-binput-2^31": b"N" + b"r" + struct.pack("<I", 1 << 31),
         "get-negative": b"g-1\n",
         "put-negative": b"NI0\np-1\n",
         "frame-2^63": b"\x95" + struct.pack("<Q", (1 << 63) - 1) + b"N",

@@ -65,6 +65,16 @@ def gzip_members_bomb() -> bytes:
     return bomb_member(64 << 20) * 80
 
 
+def memo_index_150m() -> bytes:
+    """F5: a valid snapshot whose first opcode memoises None at index 150,000,000 (LONG_BINPUT).
+
+    CPython's C unpickler grows its memo table to twice the largest index and zero-fills it: 2.4 GB of RSS
+    for a 1.6 KB file that then loads. Under RLIMIT_AS a bigger index fails to allocate at once and fragviz
+    falls back to the pure-Python unpickler, so only an index that fits shows the cost.
+    """
+    return b"\x80\x04Nr" + struct.pack("<I", 150_000_000) + b"0" + to_pickle(snapshot_template(), 4)[2:]
+
+
 REPRODUCERS = {
     "F1-declared-4GiB-binbytes.pickle": declared_4gib_bytes,
     "F1-declared-2e62-bytearray8.pickle": declared_2e62_bytearray,
@@ -73,13 +83,20 @@ REPRODUCERS = {
     "F3-block-size-int64-max.pickle": block_size_int64_max,
     "F2-cyclic-settings-long-message.pickle": cyclic_settings_message,
     "F4-gzip-80-members-1GiB.pickle.gz": gzip_members_bomb,
+    "F5-memo-index-150M.pickle": memo_index_150m,
 }
+
+
+def _peak() -> float:
+    from fuzz.harness import _peak_mb
+
+    return _peak_mb()
 
 
 def main(out: str) -> None:
     import resource
 
-    from fuzz.harness import BASELINE_SNAPSHOT, _Checker
+    from fuzz.harness import BASELINE_SNAPSHOT, Failure, _Checker
     from fragviz.ingest import ingest_file
     from fragviz.store.schema import connect
 
@@ -98,8 +115,11 @@ def main(out: str) -> None:
             fh.write(data)
         checker = _Checker(baseline, work, "full")
         t0 = time.monotonic()
+        before = _peak()
         checker.run(data, name)
         took = time.monotonic() - t0
+        if _peak() > before + 1024:
+            checker.failures.append(Failure("memory", "any", "peak-rss", "", f"peak RSS {_peak():.0f} MB"))
         verdict = "; ".join(f.describe() for f in checker.failures) or "passes"
         print(f"{name} ({len(data)} bytes, {took:.1f} s): {verdict}")
 
