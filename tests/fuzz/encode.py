@@ -49,9 +49,8 @@ def encode_long(x: int) -> bytes:
 class PickleWriter:
     """An iterative plain-data pickler for protocols 0-5 (no FRAME opcodes: they are optional)."""
 
-    def __init__(self, protocol: int = 4, memo_all: bool = False) -> None:
+    def __init__(self, protocol: int = 4) -> None:
         self.p = protocol
-        self.memo_all = memo_all
         self.memo: dict[int, int] = {}
         self.out = bytearray()
         self.keep: list[Any] = []  # objects whose id() is a memo key stay alive
@@ -66,7 +65,7 @@ class PickleWriter:
 
     # memo ---------------------------------------------------------------------------------------
     def _put(self, obj: Any) -> None:
-        if not (self.memo_all or id(obj) in self.shared):
+        if id(obj) not in self.shared:
             return
         idx = len(self.memo)
         self.memo[id(obj)] = idx
