@@ -13,8 +13,14 @@ import json
 import os
 import pickle
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
+
+try:
+    import resource
+except ImportError:  # not on Windows: no cap there
+    resource = None  # type: ignore[assignment]
 
 from fragviz.errors import SnapshotFormatError
 from fragviz.limits import Limits
@@ -136,9 +142,57 @@ def _decode_payload(data: bytes, source: str) -> tuple[Any, str, int | None]:
     raise SnapshotFormatError(source, f"is not a snapshot: {_describe(data)}")
 
 
+# While a pickle is decoded in a process that asked for it (cap_unpickling_memory), its address space may
+# grow by this much plus this many times the pickle's size: what a real pickle needs several times over
+# (a bare load takes about 5x), far less than a file that names a huge memo index or counted size makes
+# CPython's C unpickler allocate up front.
+UNPICKLE_FLOOR = 512 << 20
+UNPICKLE_FACTOR = 16
+_capped = False
+
+
+def cap_unpickling_memory(enabled: bool = True) -> None:
+    """Bound each unpickle's address space (RLIMIT_AS, while it runs): for single-threaded processes only,
+    such as the `fragviz` commands that read files; a server lets such a process ingest its uploads."""
+    global _capped
+    _capped = enabled
+
+
+@contextmanager
+def _address_space_cap(payload: int) -> Iterator[None]:
+    if not _capped or resource is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = _address_space() + UNPICKLE_FLOOR + UNPICKLE_FACTOR * payload
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        yield  # already held tighter
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _address_space() -> int:
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _unpickle(data: bytes, source: str) -> Any:
     if data[:1] == b"\x80" and (len(data) < 2 or not 0 <= data[1] <= pickle.HIGHEST_PROTOCOL):
         raise SnapshotFormatError(source, f"uses unknown pickle protocol {data[1] if len(data) > 1 else '(none given)'}")
+    with _address_space_cap(len(data)):
+        return _unpickle_capped(data, source)
+
+
+def _unpickle_capped(data: bytes, source: str) -> Any:
     try:
         return _RestrictedUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
@@ -189,15 +243,34 @@ def _parse_json(data: bytes, source: str) -> Any:
         raise SnapshotFormatError(source, f"is not valid JSON ({cut(str(exc))})") from None
 
 
+# Output a gzip stream may produce before its ratio is judged (a deflate block's worth of a legitimate file)
+RATIO_SLACK = 1 << 20
+
+
+class _Inflation:
+    """How far a gzip file may inflate: max_inflate_ratio times the bytes read so far (from the first byte,
+    member after member), and never past max_inflated_size."""
+
+    def __init__(self, source: str, limits: Limits) -> None:
+        self.source, self.limits = source, limits
+
+    def check(self, produced: int, consumed: int) -> None:
+        limits = self.limits
+        if produced > limits.max_inflate_ratio * consumed + RATIO_SLACK:
+            raise limits.refuse(self.source, "max_inflate_ratio", f"inflates past {limits.max_inflate_ratio}x "
+                                                                  "its size: a decompression bomb, not a snapshot")
+        if produced > limits.max_inflated_size:
+            raise limits.refuse(self.source, "max_inflated_size", f"inflates past {limits.max_inflated_size:,} bytes")
+
+
 def gunzip(data: bytes, source: str, limits: Limits) -> bytes:
     """Inflate a gzip file, every member of it, in bounded time and memory.
 
     The gzip format allows several members one after another (the content is theirs joined) and zero
-    bytes after the last (padding); anything else after it is an error. The output may not pass
-    max_inflate_ratio times the file's size, from the first byte on, nor max_inflated_size.
+    bytes after the last (padding); anything else after it is an error. The output is checked against
+    the bytes read after every step (_Inflation), so a bomb is refused after a few megabytes of it.
     """
-    by_ratio = len(data) * limits.max_inflate_ratio
-    cap = min(by_ratio, limits.max_inflated_size)
+    budget = _Inflation(source, limits)
     out = bytearray()
     rest = memoryview(data)
     while rest:
@@ -206,36 +279,32 @@ def gunzip(data: bytes, source: str, limits: Limits) -> bytes:
                 break  # zero padding after the last member, as gzip(1) allows
             raise SnapshotFormatError(source, f"has {len(rest):,} bytes after its gzip stream that are not "
                                               "another gzip member")
-        rest = _inflate_member(rest, out, cap, source)
-        if len(out) > cap and cap == by_ratio:
-            raise limits.refuse(source, "max_inflate_ratio", f"inflates past {limits.max_inflate_ratio}x its "
-                                                             "size: a decompression bomb, not a snapshot")
-        if len(out) > cap:
-            raise limits.refuse(source, "max_inflated_size", f"inflates past {cap:,} bytes")
+        rest = _inflate_member(rest, out, len(data) - len(rest), budget, source)
     _check_inflated_head(bytes(out[:64]), source)
     return bytes(out)
 
 
-def _inflate_member(data: memoryview, out: bytearray, cap: int, source: str) -> memoryview:
-    """Inflate the gzip member at the start of `data` onto `out`, stopping once `out` passes `cap`; the rest.
+def _inflate_member(data: memoryview, out: bytearray, offset: int, budget: _Inflation, source: str) -> memoryview:
+    """Inflate the gzip member at the start of `data` (byte `offset` of the file) onto `out`; the rest.
 
     Each step either consumes input or produces output (else the stream is truncated), so it ends.
     """
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
     pending = data
     try:
-        while not inflater.eof and len(out) <= cap:
+        while not inflater.eof:
             before = len(out)
             out += inflater.decompress(pending, _CHUNK)
             if before < 64 <= len(out):
                 _check_inflated_head(bytes(out[:64]), source)  # refuse a non-snapshot before inflating it all
             tail = inflater.unconsumed_tail
+            budget.check(len(out), offset + len(data) - len(tail))
             if not inflater.eof and len(out) == before and len(tail) >= len(pending):
                 raise SnapshotFormatError(source, "is a truncated gzip stream")
             pending = tail
     except zlib.error as exc:
         raise SnapshotFormatError(source, f"is a corrupt or truncated gzip stream ({cut(str(exc))})") from None
-    return memoryview(inflater.unused_data) if inflater.eof else memoryview(b"")
+    return memoryview(inflater.unused_data)
 
 
 def _check_inflated_head(head: bytes, source: str) -> None:
