@@ -180,7 +180,7 @@ def _check_counts(segments_data: list, traces_data: list, ctx: _Context) -> None
     if events > limits.max_events:
         raise limits.refuse(ctx.source, "max_events", f"has {events:,} trace events")
     records = events + len(segments_data)
-    if records * MIN_RECORD_BYTES > ctx.payload_size:
+    if ctx.payload_size and records * MIN_RECORD_BYTES > ctx.payload_size:  # 0: data made in memory, no file
         raise ctx.fail(f"holds {records:,} trace events and segments in {ctx.payload_size:,} bytes: fewer than "
                        f"{MIN_RECORD_BYTES} bytes each, so they are shared references to a few objects, which no "
                        "snapshot holds")
@@ -227,7 +227,7 @@ def _count_blocks(n: int, ctx: _Context) -> None:
     ctx.blocks += n
     if ctx.blocks > ctx.limits.max_blocks:
         raise ctx.limits.refuse(ctx.source, "max_blocks", f"has over {ctx.limits.max_blocks:,} blocks")
-    if ctx.blocks * MIN_RECORD_BYTES > ctx.payload_size:
+    if ctx.payload_size and ctx.blocks * MIN_RECORD_BYTES > ctx.payload_size:
         raise ctx.fail(f"holds {ctx.blocks:,} blocks in {ctx.payload_size:,} bytes: fewer than {MIN_RECORD_BYTES} "
                        "bytes each, so they are shared references to a few objects, which no snapshot holds")
 
