@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("files", nargs="+", metavar="FILE")
     ing.add_argument("--db", help=db_help)
     ing.add_argument("--json", action="store_true", help="print one JSON list of results")
+    ing.add_argument("--name", help="store the file under this name (one file only; default: its path)")
     ing.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="draw a progress bar (default: when stderr is a terminal)")
     ing.set_defaults(run=_cmd_ingest)
@@ -163,13 +164,15 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     from fragviz.progress import ProgressBar
     from fragviz.store.schema import connect, new_store_guard
 
+    if args.name and len(args.files) > 1:
+        raise UsageError("--name goes with one file")
     path = db_path(args.db)
     with new_store_guard(path) as guard:
         conn = connect(path)
         results = []
         for file in args.files:
             bar = ProgressBar(os.path.basename(file)[:28], enabled=args.progress)
-            result = ingest_file(conn, file, name=file, phase=bar.set_phase, progress=bar.update)
+            result = ingest_file(conn, file, name=args.name or file, phase=bar.set_phase, progress=bar.update)
             bar.close()
             results.append(result)
             if not args.json:

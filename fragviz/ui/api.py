@@ -51,8 +51,30 @@ class Writer:
         self._conn = connect(path)
 
     def ingest_file(self, path: str, name: str) -> IngestResult:
+        """Ingest a file this server trusts (the bundled samples), in this process."""
         with self._lock:
             return ingest_file(self._conn, path, name=name)
+
+    def ingest_upload(self, path: str, name: str) -> IngestResult:
+        """Ingest a file someone sent, in a `fragviz ingest` child: the child caps its own memory while it
+        decodes the file (fragviz.snapshot.loader.cap_unpickling_memory), which a threaded server cannot."""
+        with self._lock:
+            return ingest_in_child(self.path, path, name)
+
+
+def ingest_in_child(db: str, path: str, name: str) -> IngestResult:
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "fragviz", "ingest", path, "--db", db, "--name", name, "--json",
+                           "--no-progress"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    try:
+        row = json.loads(proc.stdout)[0]
+    except (ValueError, IndexError, KeyError):
+        why = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        return IngestResult(name, None, "internal_error", f"{name}: the ingest ended without a result ({why[0]})")
+    return IngestResult(row["file"], row["id"], row["status"], row["error"])
 
 
 class Uploads:
@@ -236,7 +258,7 @@ def api_blueprint(reader: StoreReader, writer: Writer, uploads: Uploads) -> Blue
     @bp.post("/snapshots")
     def upload():
         with uploads.slot(), uploads.received(request) as (path, name):
-            return ingest_answer(writer.ingest_file(path, name))
+            return ingest_answer(writer.ingest_upload(path, name))
 
     @bp.get("/snapshots/<int:sid>/report")
     def report(sid: int):

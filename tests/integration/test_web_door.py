@@ -441,3 +441,12 @@ def test_the_token_never_reaches_the_access_log(tokened):
                                             (f"Bearer {TOKEN}x", 401), (f"Bearer{TOKEN}", 401), ("Bearer", 401)])
 def test_the_bearer_header_is_parsed_as_the_standard_says(tokened, header, status):
     assert tokened.request("GET", "/api/snapshots", headers={"Authorization": header})[0] == status
+
+
+def test_an_upload_that_would_make_the_unpickler_allocate_gigabytes_leaves_the_server_small(small):
+    # 9 bytes naming memo index 150,000,000: CPython's C unpickler zero-fills a memo table for it (2.3 GB).
+    # Uploads are ingested by a `fragviz ingest` child that caps its own address space while it unpickles.
+    before = small.proc_status("VmHWM")
+    answer = small.upload(b"\x80\x02]r" + (150_000_000).to_bytes(4, "little") + b".", "memo.pickle")
+    assert answer[0] in (201, 200, 422), answer
+    assert small.proc_status("VmHWM") - before < 100 * 1024  # KiB: the server never held the file's cost
