@@ -23,10 +23,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return 2
-    if args.command in ("ingest", "report", "simulate", "doctor"):  # single-threaded readers of files
-        from fragviz.snapshot.loader import cap_unpickling_memory
-
-        cap_unpickling_memory()
     try:
         return args.run(args)
     except FragvizError as exc:

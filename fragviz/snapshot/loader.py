@@ -12,6 +12,7 @@ import io
 import json
 import os
 import pickle
+import threading
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -142,25 +143,18 @@ def _decode_payload(data: bytes, source: str) -> tuple[Any, str, int | None]:
     raise SnapshotFormatError(source, f"is not a snapshot: {_describe(data)}")
 
 
-# While a pickle is decoded in a process that asked for it (cap_unpickling_memory), its address space may
-# grow by this much plus this many times the pickle's size: what a real pickle needs several times over
-# (a bare load takes about 5x), far less than a file that names a huge memo index or counted size makes
-# CPython's C unpickler allocate up front.
+# While a pickle is decoded, the process's address space may grow by this much plus this many times the
+# pickle's size: what a real pickle needs several times over (a bare load takes about 5x), far less than a
+# file that names a huge memo index or counted size makes CPython's C unpickler allocate up front.
 UNPICKLE_FLOOR = 512 << 20
 UNPICKLE_FACTOR = 16
-_capped = False
-
-
-def cap_unpickling_memory(enabled: bool = True) -> None:
-    """Bound each unpickle's address space (RLIMIT_AS, while it runs): for single-threaded processes only,
-    such as the `fragviz` commands that read files; a server lets such a process ingest its uploads."""
-    global _capped
-    _capped = enabled
 
 
 @contextmanager
 def _address_space_cap(payload: int) -> Iterator[None]:
-    if not _capped or resource is None:
+    """RLIMIT_AS lowered for the unpickle, then restored: only while this is the process's one Python thread
+    (a command, a worker), since the limit binds every thread; a threaded server ingests uploads in a child."""
+    if resource is None or threading.active_count() != 1:
         yield
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)

@@ -56,8 +56,8 @@ class Writer:
             return ingest_file(self._conn, path, name=name)
 
     def ingest_upload(self, path: str, name: str) -> IngestResult:
-        """Ingest a file someone sent, in a `fragviz ingest` child: the child caps its own memory while it
-        decodes the file (fragviz.snapshot.loader.cap_unpickling_memory), which a threaded server cannot."""
+        """Ingest a file someone sent, in a `fragviz ingest` child: a single-threaded process caps its own
+        address space while it unpickles (fragviz.snapshot.loader), which a threaded server cannot."""
         with self._lock:
             return ingest_in_child(self.path, path, name)
 
