@@ -180,51 +180,38 @@ def _address_space() -> int:
 
 
 def _unpickle(data: bytes, source: str) -> Any:
+    """Decode a pickle with the C unpickler; after a MemoryError, again with Python's own, which reads a
+    counted value before it allocates it (the C one allocates a BINBYTES value, or a memo table, at the size
+    the file declares, so a few bytes can ask for gigabytes; read as declared, such a file is truncated)."""
     if data[:1] == b"\x80" and (len(data) < 2 or not 0 <= data[1] <= pickle.HIGHEST_PROTOCOL):
         raise SnapshotFormatError(source, f"uses unknown pickle protocol {data[1] if len(data) > 1 else '(none given)'}")
     with _address_space_cap(len(data)):
-        return _unpickle_capped(data, source)
+        try:
+            return _load(_RestrictedUnpickler, data, source, "the pickle ends before its STOP opcode")
+        except MemoryError:
+            pass
+        try:
+            return _load(_RestrictedPyUnpickler, data, source, "a value is shorter than its declared size")
+        except MemoryError:
+            raise SnapshotFormatError(source, "needs more memory to unpickle than is available") from None
 
 
-def _unpickle_capped(data: bytes, source: str) -> Any:
+def _load(unpickler: type[pickle.Unpickler], data: bytes, source: str, truncated: str) -> Any:
+    """One unpickler's load, every failure but MemoryError said as one line about the file."""
     try:
-        return _RestrictedUnpickler(io.BytesIO(data)).load()
+        return unpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
         msg = cut(str(exc))
         if msg.startswith("refuses"):
             raise SnapshotFormatError(source, f"is not plain snapshot data: the pickle {msg}") from None
         raise SnapshotFormatError(source, f"is a corrupt pickle ({msg})") from None
     except EOFError:
-        raise SnapshotFormatError(source, "is truncated: the pickle ends before its STOP opcode") from None
-    except MemoryError:
-        pass  # below: a declared size the file does not hold, or a pickle too big for this machine
+        raise SnapshotFormatError(source, f"is truncated: {truncated}") from None
     except RecursionError:
         raise SnapshotFormatError(source, "is nested too deeply to be a snapshot") from None
+    except MemoryError:
+        raise
     except Exception as exc:  # noqa: BLE001  any other failure of the decoder on untrusted bytes is a bad file
-        raise SnapshotFormatError(source, f"is a corrupt pickle ({type(exc).__name__}: {cut(str(exc))})") from None
-    return _unpickle_reading_as_declared(data, source)
-
-
-def _unpickle_reading_as_declared(data: bytes, source: str) -> Any:
-    """After a MemoryError: again with Python's own unpickler, which reads a counted value before it allocates.
-
-    The C unpickler allocates a BINBYTES value at its declared size before reading it, so 11 bytes can ask
-    for gigabytes; read as declared, such a file is simply truncated.
-    """
-    try:
-        return _RestrictedPyUnpickler(io.BytesIO(data)).load()
-    except MemoryError:
-        raise SnapshotFormatError(source, "needs more memory to unpickle than is available") from None
-    except pickle.UnpicklingError as exc:
-        msg = cut(str(exc))
-        if msg.startswith("refuses"):
-            raise SnapshotFormatError(source, f"is not plain snapshot data: the pickle {msg}") from None
-        raise SnapshotFormatError(source, f"is a corrupt pickle ({msg})") from None
-    except EOFError:
-        raise SnapshotFormatError(source, "is truncated: a value is shorter than its declared size") from None
-    except RecursionError:
-        raise SnapshotFormatError(source, "is nested too deeply to be a snapshot") from None
-    except Exception as exc:  # noqa: BLE001
         raise SnapshotFormatError(source, f"is a corrupt pickle ({type(exc).__name__}: {cut(str(exc))})") from None
 
 
