@@ -15,7 +15,7 @@ from fragviz.limits import Limits
 from fragviz.snapshot.loader import content_hash, decode_bytes, read_file
 from fragviz.units import cut
 from fragviz.snapshot.parse import parse_snapshot
-from fragviz.store.schema import database_path, disk_is_full
+from fragviz.store.schema import database_path, disk_is_full, is_busy
 from fragviz.store.writer import find_by_hash, write_analysis
 
 PhaseFn = Callable[[str], None]
@@ -121,11 +121,6 @@ def _ingest(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, ph
     phase("store")
     sid, new = write_analysis(conn, analysis, digest, size)
     return IngestResult(source, sid, "ingested" if new else "unchanged")
-
-
-def is_busy(exc: sqlite3.Error) -> bool:
-    """True for SQLite's "database is locked" / "busy": another writer held the store past the busy timeout."""
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Callable
 
 from fragviz.errors import FragvizError, UsageError
+from fragviz.units import cut, parse_duration, parse_size
 
 
 @dataclass(frozen=True)
@@ -120,8 +121,6 @@ SETTINGS = {
 
 
 def _parser(kind: str) -> Callable[[str], float | int | str]:
-    from fragviz.units import parse_duration, parse_size
-
     return {"int": int, "size": parse_size, "duration": parse_duration}.get(kind, str)
 
 
@@ -162,7 +161,5 @@ def db_path(override: str | None = None) -> str:
 
 def redact_url(url: str) -> str:
     """A URL fit for a message: the password replaced by ***, cut to 80 characters."""
-    from fragviz.units import cut
-
     return cut(re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url))
 

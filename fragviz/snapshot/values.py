@@ -95,7 +95,8 @@ class Values:
     def _key(self, key: Any, where: str) -> str:
         if isinstance(key, str):
             return self.text(key, where)
-        if key is None or isinstance(key, (bool, int, float)):
-            return str(self.integer(key, where, INT64_MIN, INT64_MAX) if isinstance(key, int)
-                       and not isinstance(key, bool) else key)
+        if isinstance(key, int) and not isinstance(key, bool):
+            return str(self.integer(key, where, INT64_MIN, INT64_MAX))
+        if key is None or isinstance(key, (bool, float)):
+            return str(key)
         raise self.fail(f"{where} has a key that is {describe(key)}, not a string")

@@ -190,13 +190,18 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
 def store_error(path: str, exc: sqlite3.Error) -> StoreError:
     """The words for SQLite's failure on the store at `path`: busy, full, unreadable, or not a store."""
     text = str(exc)
-    if "locked" in text or "busy" in text:
+    if is_busy(exc):
         return StoreBusyError(f"{path}: the store is busy with another writer; try again")
     if disk_is_full(path, exc):
         return StoreError(f"{path}: the store cannot grow: the disk is full ({cut(text)}); it is unchanged")
     if isinstance(exc, sqlite3.OperationalError):
         return StoreError(f"{path}: the store cannot be opened or written ({cut(text)})")
     return StoreError(f"{path}: not a fragviz store ({cut(text)})")
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """True for SQLite's "database is locked" / "busy": another writer held the store past the busy timeout."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
 
 # SQLite's names for a write that found no room: the database, its journal, or its shared-memory index
