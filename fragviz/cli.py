@@ -229,7 +229,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from fragviz.simulate import follow, simulated_snapshot, what_if
     from fragviz.units import parse_size
-    from fragviz.simulate_text import follow_text, what_if_text
+    from fragviz.simulate.text import follow_text, what_if_text
 
     analysis = _analysis_for(args.target, args.db)
     memory = parse_size(args.device_memory) if args.device_memory else None
@@ -251,7 +251,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from fragviz.doctor import PUBLIC_KEYS, diagnose, diagnose_message
-    from fragviz.doctor_text import doctor_text
+    from fragviz.doctor.text import doctor_text
 
     if args.target is None and not args.message:
         raise UsageError("doctor needs a snapshot (FILE_OR_ID) or --message TEXT")

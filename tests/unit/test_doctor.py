@@ -7,7 +7,7 @@ import re
 import pytest
 
 from fragviz.doctor import OomFacts, diagnose_message, verdict_of
-from fragviz.oom_message import parse_message
+from fragviz.doctor.message import parse_message
 from helpers import REAL
 
 GiB, MiB = 1024**3, 1024**2

@@ -1,25 +1,13 @@
-"""The simulator applied to a snapshot: follow mode (how well the model predicts the recorded allocator)
-and free-run what-ifs (the same workload under other settings or on another device size)."""
+"""What-ifs: the recorded workload free-run under other settings or on another device size."""
 from __future__ import annotations
 
 from typing import Any
 
 from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
-from fragviz.allocator.follow import follow_device
-from fragviz.allocator.freerun import FreeRunResult, free_run
 from fragviz.allocator.state import snapshot_dict
 from fragviz.analysis import Analysis
-from fragviz.errors import UsageError
 from fragviz.model import OOM
-
-def follow(analysis: Analysis) -> dict[str, Any]:
-    """Follow mode on every device: the `fragviz simulate FILE --json` object."""
-    devices = []
-    for device, replay in analysis.replays.items():
-        result = follow_device(replay.trace, replay.segments_at(0), analysis.snapshot.segments_of(device),
-                               analysis.settings)
-        devices.append(result.as_dict())
-    return {"devices": devices}
+from fragviz.simulate.freerun import FreeRunResult, free_run
 
 
 def recorded_capacity(analysis: Analysis, device: int) -> int | None:

@@ -17,8 +17,8 @@ from fragviz.allocator.config import parse_alloc_conf
 from fragviz.analysis import Analysis
 from fragviz.metrics import state_figures
 from fragviz.model import OOM
-from fragviz.oom_message import OomMessage, find_messages, parse_message
-from fragviz.simulate import recorded_capacity, run_free
+from fragviz.doctor.message import OomMessage, find_messages, parse_message
+from fragviz.simulate.whatif import recorded_capacity, run_free
 from fragviz.units import format_bytes as fb
 
 WHAT_IF_CONFS = ("expandable_segments:True", "max_split_size_mb:512")

@@ -15,6 +15,7 @@ from fragviz.allocator.config import AllocatorSettings
 from fragviz.allocator.rules import LARGE_BUFFER, SMALL_BUFFER, allocation_size, round_size, should_split
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import allocator_segments, load_segments
+from fragviz.analysis import Analysis
 from fragviz.allocator.groups import NEW_MEMORY, RELEASES, SEGMENT_ACTIONS, malloc_groups
 from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
                            SEGMENT_UNMAP, Segment, Trace)
@@ -283,3 +284,12 @@ def follow_device(trace: Trace, start: list[Segment], final: list[Segment], sett
     """Follow `trace` from the `start` state; score predictions; check the end against `final`."""
     return _Follower(trace, start, settings).run(final)
 
+
+def follow(analysis: Analysis) -> dict[str, Any]:
+    """Follow mode on every device: the `fragviz simulate FILE --json` object."""
+    devices = []
+    for device, replay in analysis.replays.items():
+        result = follow_device(replay.trace, replay.segments_at(0), analysis.snapshot.segments_of(device),
+                               analysis.settings)
+        devices.append(result.as_dict())
+    return {"devices": devices}
