@@ -6,7 +6,7 @@ from typing import Any
 
 from fragviz.analysis import Analysis, trace_totals
 from fragviz.errors import UsageError
-from fragviz.metrics import StateFigures, state_figures
+from fragviz.metrics import PendingFrees, PoolFigures, StateFigures, pending_frees, pool_figures, state_figures
 from fragviz.model import NO_STACK, Frame, Segment, Snapshot
 from fragviz.replay import EXACT_FIGURES, SIZES_NOTE
 from fragviz.snapshot.frames import is_internal, is_user_frame
@@ -51,8 +51,9 @@ def state_at(analysis: Analysis, device: int, at: int | None) -> tuple[list[Segm
 def device_report(analysis: Analysis, device: int, at: int | None) -> dict[str, Any]:
     snap = analysis.snapshot
     trace = snap.trace_of(device)
-    _, fig = state_at(analysis, device, at)
+    segments, fig = state_at(analysis, device, at)
     totals = trace_totals(snap, device)
+    pending = pending_frees(segments)
     return {
         "device": device,
         "reserved_bytes": fig.reserved_bytes, "allocated_bytes": fig.allocated_bytes,
@@ -62,7 +63,58 @@ def device_report(analysis: Analysis, device: int, at: int | None) -> dict[str, 
         "trace_events": len(trace), "trace_actions": trace.action_counts(),
         "start_requested_bytes": totals.start_requested, "peak_requested_bytes": totals.peak_requested,
         "start_reserved_bytes": totals.start_reserved, "peak_reserved_bytes": totals.peak_reserved,
+        "pools": [pool_dict(p) for p in pool_figures(segments)],
+        "pending_free_bytes": pending.bytes, "pending_free_blocks": pending.blocks,
     }
+
+
+def pool_dict(p: PoolFigures) -> dict[str, Any]:
+    return {"pool": list(p.pool), "reserved_bytes": p.reserved_bytes, "allocated_bytes": p.allocated_bytes,
+            "free_bytes": p.free_bytes, "largest_free_block": p.largest_free_block,
+            "fragmentation": p.fragmentation}
+
+
+def _private_largest(fig: StateFigures, pools: list[PoolFigures]) -> list[str]:
+    general = next((p for p in pools if not p.is_private), None)
+    room = general.largest_free_block if general else 0
+    if not any(p.is_private for p in pools) or fig.largest_free_block <= room:
+        return []
+    return [f"  the largest gap lies in a private pool: a general request fits in at most {format_bytes(room)} "
+            "without a new segment"]
+
+
+def pool_lines(pools: list[PoolFigures]) -> list[str]:
+    """The pools apart, when a private pool exists: the general pool's free memory is what general requests
+    can use; a private pool's only serves requests made inside its CUDA graph or torch.cuda.MemPool."""
+    if not any(p.is_private for p in pools):
+        return []
+    return [f"  {line}" for p in pools for line in pool_line(p).split("\n")]
+
+
+def pool_line(p: PoolFigures) -> str:
+    name = f"pool ({p.pool[0]}, {p.pool[1]})"
+    head = f"{name:<13}{format_bytes(p.reserved_bytes):>11}  in {p.segments} segments, "
+    if p.free_bytes == 0:
+        head += "fully allocated"
+    else:
+        head += (f"{format_bytes(p.allocated_bytes)} allocated, {format_bytes(p.free_bytes)} free in {p.free_blocks} "
+                 f"gaps; largest gap {format_bytes(p.largest_free_block)}; fragmentation {p.fragmentation:.1%}")
+    if p.is_private:
+        what = "a private pool (CUDA graph or torch.cuda.MemPool); general requests cannot use its free memory"
+    else:
+        what = "the general pool: its free memory and largest gap are what a general request can use"
+    return f"{head}\n{'':<13}{what}"
+
+
+def pending_lines(pending: PendingFrees, pools: list[PoolFigures]) -> list[str]:
+    if not pending.blocks:
+        return []
+    where = ""
+    if any(p.is_private for p in pools):
+        where = " in " + ", ".join(f"pool ({p.pool[0]}, {p.pool[1]})" for p in pools if p.pending_free_blocks)
+    return [f"  pending free {pending.blocks} block{'s' if pending.blocks != 1 else ''} "
+            f"({format_bytes(pending.bytes)}){where} freed but waiting for other streams (active_pending_free): "
+            "they return to the cache when those streams' work completes"]
 
 
 def top_sites(snapshot: Snapshot, segments: list[Segment], limit: int = 5) -> list[tuple[str, int, int]]:
@@ -109,14 +161,20 @@ def _device_text(analysis: Analysis, device: int, at: int | None) -> list[str]:
     trace = snap.trace_of(device)
     totals = trace_totals(snap, device)
     when = "final state" if at is None or at == len(trace) else f"state after {at} of {len(trace)} events"
+    pools = pool_figures(segments)
+    pending = pending_frees(segments)
+    every = " (all pools)" if any(p.is_private for p in pools) else ""
     lines = [
         f"device {device} ({when})",
-        f"  reserved     {format_bytes(fig.reserved_bytes):>11}  in {fig.segments} segments",
+        f"  reserved     {format_bytes(fig.reserved_bytes):>11}  in {fig.segments} segments{every}",
         f"  allocated    {format_bytes(fig.allocated_bytes):>11}  in {fig.allocations} blocks "
-        f"(requested {format_bytes(fig.requested_bytes)})",
+        f"(requested {format_bytes(fig.requested_bytes)}{'; pending frees included' if pending.blocks else ''})",
         f"  cached free  {format_bytes(fig.free_bytes):>11}  in {fig.free_blocks} gaps; largest gap "
-        f"{format_bytes(fig.largest_free_block)}; fragmentation {fig.fragmentation:.1%}",
+        f"{format_bytes(fig.largest_free_block)}; fragmentation {fig.fragmentation:.1%}{every}",
     ]
+    lines.extend(_private_largest(fig, pools))
+    lines.extend(pool_lines(pools))
+    lines.extend(pending_lines(pending, pools))
     if len(trace):
         actions = ", ".join(f"{a} {c}" for a, c in trace.action_counts().items())
         lines.append(f"  trace        {len(trace)} events ({actions})")

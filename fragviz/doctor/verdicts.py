@@ -18,6 +18,7 @@ from fragviz.analysis import Analysis
 from fragviz.metrics import state_figures
 from fragviz.model import OOM
 from fragviz.doctor.message import OomMessage, find_messages, parse_message
+from fragviz.doctor.pools import oom_notes
 from fragviz.simulate.whatif import recorded_capacity, run_free
 from fragviz.units import format_bytes as fb
 
@@ -187,6 +188,8 @@ def diagnose(analysis: Analysis, message: str | None = None, simulate: bool = Tr
     if message:
         parsed = (parse_message(line) for line in find_messages(message))
         out.extend(_with_end_state(analysis, msg) for msg in parsed if msg is not None)
+    for oom in out:
+        oom["notes"] = oom_notes(analysis, oom)  # private pools and pending frees of the state read
     return out
 
 

@@ -6,6 +6,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from fragviz.metrics import GENERAL_POOL, pool_key
 from fragviz.model import BlockState, Frame, Segment
 from fragviz.units import format_bytes
 
@@ -101,7 +102,8 @@ def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int
     kinds = {"allocated": [], "rounding waste": [], "pending free": [], "free": []}
     for row, i in enumerate(order):
         seg = segments[i]
-        ylabel = f"{seg.pool}·s{_short_stream(seg.stream)} {seg.address:#x}"
+        private = _private_pool(seg)
+        ylabel = f"{seg.pool}·s{_short_stream(seg.stream)}{'·' + private if private else ''} {seg.address:#x}"
         for j, b in enumerate(seg.blocks):
             offset = (b.address - seg.address) / scale
             info = _block_text(seg, b, label(b.stack))
@@ -139,12 +141,23 @@ def _short_stream(stream: int) -> str:
     return "0" if stream == 0 else f"{stream & 0xFFFF:x}"
 
 
+def _private_pool(seg: Segment) -> str:
+    """The name of a private pool (CUDA graph or MemPool) a segment belongs to; "" for the general pool."""
+    pool = pool_key(seg)
+    return "" if pool == GENERAL_POOL else f"pool ({pool[0]}, {pool[1]})"
+
+
+_STATE_TEXT = {"active_allocated": "allocated", "inactive": "free",
+               "active_pending_free": "freed, waiting for stream work (active_pending_free):"}
+
+
 def _block_text(seg: Segment, b, site: str) -> str:
-    state = {"active_allocated": "allocated", "active_pending_free": "pending free", "inactive": "free"}[b.state.value]
-    lines = [f"{state} {format_bytes(b.size)} at {b.address:#x}"]
+    lines = [f"{_STATE_TEXT[b.state.value]} {format_bytes(b.size)} at {b.address:#x}"]
     if b.state is not BlockState.INACTIVE:
         lines.append(f"requested {format_bytes(b.requested_size)}")
-    lines.append(f"stream {seg.stream}, {seg.pool} pool")
+    private = _private_pool(seg)
+    lines.append(f"stream {seg.stream}, {seg.pool} pool" + (f"; private {private} (CUDA graph or MemPool): general "
+                                                           "requests cannot use it" if private else ""))
     if site:
         lines.append(_escape(site))
     return "<br>".join(lines)

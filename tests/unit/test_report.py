@@ -15,7 +15,7 @@ from test_replay import S, case_a
 DEVICE_KEYS = {"device", "reserved_bytes", "allocated_bytes", "requested_bytes", "free_bytes", "free_blocks",
                "largest_free_block", "fragmentation", "segments", "blocks", "allocations", "trace_events",
                "trace_actions", "start_requested_bytes", "peak_requested_bytes", "start_reserved_bytes",
-               "peak_reserved_bytes"}
+               "peak_reserved_bytes", "pools", "pending_free_bytes", "pending_free_blocks"}
 
 
 def report(data: dict, **kw) -> dict:
@@ -40,6 +40,9 @@ def test_final_figures_of_case_a():
         # start = 4 MiB - (allocs 9 MiB - 100 - frees 5 MiB - 100) = 0; peak after the third alloc
         "start_requested_bytes": 0, "peak_requested_bytes": 9 * MiB - 100,
         "start_reserved_bytes": 0, "peak_reserved_bytes": 20 * MiB,
+        "pools": [{"pool": [0, 0], "reserved_bytes": 20 * MiB, "allocated_bytes": 4 * MiB, "free_bytes": 16 * MiB,
+                   "largest_free_block": 16 * MiB, "fragmentation": 0.0}],
+        "pending_free_bytes": 0, "pending_free_blocks": 0,
     }
 
 

@@ -5,6 +5,8 @@ import numpy as np
 from dash import Input, Output, State, ctx as dash_ctx, dash_table, dcc, html, no_update
 
 from fragviz.errors import FragvizError
+from fragviz.metrics import PoolFigures, pending_frees, pool_figures, pool_of
+from fragviz.model import Segment
 from fragviz.snapshot.frames import is_user_frame
 from fragviz.ui import figures, ids
 from fragviz.ui.data import gaps_of
@@ -173,6 +175,7 @@ def _verdicts(ooms: list[dict]) -> html.Div:
             html.H4(f"{titles[o['verdict']]}" + (f" at event {o['event']}" if o.get("event") is not None else "")),
             html.Dl([c for k, v in figs for c in (html.Dt(k.replace("_bytes", "").replace("_", " ")), html.Dd(fb(v)))]),
             html.Ul([html.Li(a) for a in o["advice"]]),
+            html.Ul([html.Li(t) for t in o["notes"]], className="fv-notes") if o.get("notes") else None,
             html.Ul([html.Li(w["summary"]) for w in o["what_if"]], className="fv-whatif") if o["what_if"] else None,
         ]))
     return html.Div(out)
@@ -198,10 +201,12 @@ def register(app, app_ctx) -> None:
         segments, fig, _ = app_ctx.views.state(sid, cur_device, event)
         seg_map = figures.segment_map_figure(segments, lambda stack: app_ctx.views.site(sid, stack))
         mark, label = _mark(app_ctx, sid, cur_device, event, mark_mib)
-        hist = figures.gap_histogram_figure(gaps_of(segments), mark, fig.largest_free_block, label)
+        pools = pool_figures(segments)
+        room = pool_of(segments).largest_free_block  # the general pool's: what a general request can get
+        hist = figures.gap_histogram_figure(gaps_of(segments), mark, room, label)
         info = (f"after {event} of {n} events · reserved {fb(fig.reserved_bytes)} · allocated "
                 f"{fb(fig.allocated_bytes)} · cached free {fb(fig.free_bytes)} in {fig.free_blocks} gaps · "
-                f"fragmentation {fig.fragmentation:.1%}")
+                f"fragmentation {fig.fragmentation:.1%}" + pools_info(pools, segments))
         return (no_update if new_search == search or (not search and trigger is None) else new_search,
                 seg_map, hist, info, (no_update if typed == event else event))
 
@@ -294,6 +299,20 @@ def register(app, app_ctx) -> None:
         peak = app_ctx.views.peak_event(sid, device)
         segments, _, _ = app_ctx.views.state(sid, device, peak)
         return sites_rows(app_ctx.views.top_sites(sid, segments))
+
+
+def pools_info(pools: list[PoolFigures], segments: list[Segment]) -> str:
+    """Private pools and pending frees of the state, for the line above the segment map (empty without them)."""
+    out = ""
+    if any(p.is_private for p in pools):
+        parts = [f"pool ({p.pool[0]}, {p.pool[1]}) {fb(p.reserved_bytes)} with {fb(p.free_bytes)} free"
+                 + (" (private: general requests cannot use it)" if p.is_private else " (general)") for p in pools]
+        out += " · those figures cover all pools: " + "; ".join(parts)
+    pending = pending_frees(segments)
+    if pending.blocks:
+        out += (f" · {pending.blocks} blocks ({fb(pending.bytes)}) freed, waiting for stream work "
+                "(active_pending_free), counted as allocated")
+    return out
 
 
 def _chosen_event(trigger, click, typed, event: int, n: int, timed: bool = False) -> int:
