@@ -84,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     doc.add_argument("--db", help=db_help)
     doc.add_argument("--message", metavar="TEXT", help="an OOM message as PyTorch printed it (any era); with a "
                      "snapshot, its end state adds the largest free block")
+    doc.add_argument("--summary", metavar="FILE", help="a torch.cuda.memory_summary() table as printed or pasted "
+                     "from a log (- reads standard input); read with the snapshot and --message where given")
     doc.add_argument("--no-simulate", action="store_true", help="skip the what-if simulations")
     doc.add_argument("--json", action="store_true", help="print one JSON object")
     doc.set_defaults(run=_cmd_doctor)
@@ -253,8 +255,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     from fragviz.doctor import PUBLIC_KEYS, diagnose, diagnose_message
     from fragviz.doctor.text import doctor_text
 
+    if args.summary is not None:
+        return _doctor_summary(args)
     if args.target is None and not args.message:
-        raise UsageError("doctor needs a snapshot (FILE_OR_ID) or --message TEXT")
+        raise UsageError("doctor needs a snapshot (FILE_OR_ID), --message TEXT or --summary FILE")
     if args.target is None:
         ooms = diagnose_message(args.message)
         source = "the message"
@@ -268,6 +272,31 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         print(json.dumps({"ooms": [{k: o[k] for k in PUBLIC_KEYS} for o in ooms]}))
     else:
         print(doctor_text(source, ooms))
+    return 0
+
+
+def _doctor_summary(args: argparse.Namespace) -> int:
+    """`doctor --summary FILE`: the table's findings, with the snapshot and the OOM message where given (an OOM
+    message in the same text counts as --message)."""
+    from fragviz.doctor import PUBLIC_KEYS, diagnose, diagnose_message
+    from fragviz.doctor.message import find_messages
+    from fragviz.doctor.summary import parse_summary, read_summary_text
+    from fragviz.doctor.summary_text import diagnose_summary, summary_text
+    from fragviz.doctor.text import doctor_text
+
+    text = read_summary_text(args.summary, sys.stdin.buffer)
+    summary = parse_summary(text, "<stdin>" if args.summary == "-" else args.summary)
+    message = args.message or "\n".join(find_messages(text)) or None
+    analysis = _analysis_for(args.target, args.db) if args.target is not None else None
+    ooms = diagnose(analysis, message, simulate=not args.no_simulate) if analysis is not None else (
+        diagnose_message(message) if message else [])
+    if args.message and not any(o.get("event") is None for o in ooms):
+        raise UsageError("--message holds no CUDA out-of-memory message fragviz can read")
+    result = diagnose_summary(summary, analysis, message, ooms, text)
+    if args.json:
+        print(json.dumps({**result.as_dict(), "ooms": [{k: o[k] for k in PUBLIC_KEYS} for o in ooms]}))
+    else:
+        print(summary_text(result) + ("\n" + doctor_text(summary.source, ooms) if ooms else ""))
     return 0
 
 
