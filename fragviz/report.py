@@ -93,7 +93,8 @@ def pool_lines(pools: list[PoolFigures]) -> list[str]:
 
 def pool_line(p: PoolFigures) -> str:
     name = f"pool ({p.pool[0]}, {p.pool[1]})"
-    head = f"{name:<13}{format_bytes(p.reserved_bytes):>11}  in {p.segments} segments, "
+    plural = "s" if p.segments != 1 else ""
+    head = f"{name:<13}{format_bytes(p.reserved_bytes):>11}  in {p.segments} segment{plural}, "
     if p.free_bytes == 0:
         head += "fully allocated"
     else:

@@ -69,8 +69,9 @@ def _pending_note(segments: list[Segment]) -> list[str]:
     pending = pending_frees(segments)
     if not pending.blocks:
         return []
-    blocks = f"{pending.blocks} block{'s' if pending.blocks != 1 else ''}"
-    return [f"{blocks} ({fb(pending.bytes)}) were freed by the program but wait for work on other streams "
-            "(active_pending_free, from record_stream or a free during graph capture): they count as allocated "
+    one = pending.blocks == 1
+    return [f"{pending.blocks} block{'' if one else 's'} ({fb(pending.bytes)}) {'was' if one else 'were'} freed by "
+            f"the program but {'waits' if one else 'wait'} for work on other streams (active_pending_free, from "
+            "record_stream or a free during graph capture): they count as allocated "
             "until that work completes. Outside a graph capture the allocator waits for it and returns them to "
             "the cache before it reports an OOM."]
