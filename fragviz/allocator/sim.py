@@ -14,11 +14,11 @@ from typing import Any
 
 from fragviz.allocator.blocks import Block, BlockPool, ExpandableSegment, stream_key
 from fragviz.allocator.config import AllocatorSettings
-from fragviz.allocator.rules import (LARGE_BUFFER, SMALL_BUFFER, SMALL_SIZE, allocation_size, round_size,
-                                     should_split)
+from fragviz.allocator.reservations import ReservationPlan, page_size, reservation_bytes
+from fragviz.allocator.rules import SMALL_SIZE, allocation_size, round_size, should_split
 
 VA_ALIGN = 2 * 1024 * 1024
-_UNLIMITED_VA = 1 << 40  # expandable reservation size when the device size is unknown
+UNKNOWN_DEVICE_RESERVATION = 1 << 40  # expandable reservation size when neither trace nor device size tells it
 
 
 @dataclass
@@ -58,6 +58,10 @@ class DeviceAllocator:
         self.address_hints: dict[int, list[tuple[int, int]]] = {}
         self.clock = None  # a callable giving microseconds since the epoch, stamped on trace entries
         self._ranges: dict[int, int] = {}  # start -> size of every segment and reservation in use
+        # Where the recorded driver put expandable reservations (inferred from the trace): new reservations
+        # go there when they fit, so a simulation under the recorded settings lays memory out as recorded.
+        self.reservations = ReservationPlan([])
+        self.device_total: int | None = None  # the device's memory, where known (else capacity stands in)
 
     # -- public API ----------------------------------------------------------------------------------
     @property
@@ -265,18 +269,40 @@ class DeviceAllocator:
             i += 1
         if not create:
             return None
-        page = SMALL_BUFFER if pool.small else LARGE_BUFFER
-        pages = -(-self._reservation_bytes() // page)
-        low = min(self._ranges, default=self._next_va)
-        es = ExpandableSegment((low - pages * page - page) // page * page, page, pages, stream)
+        base, pages = self._place_reservation(pool.small, stream)
+        return self.reserve(pool, stream, base, pages)
+
+    def reserve(self, pool: BlockPool, stream: int, base: int, pages: int) -> Block:
+        """A new expandable segment: `pages` pages of address space at `base`, one unmapped block of the pool."""
+        es = ExpandableSegment(base, page_size(pool.small), pages, stream)
         self._ranges[es.base] = es.size
         self.expandable.append(es)
         block = Block(es.base, es.size, stream, pool, mapped=False, es=es)
         pool.insert_unmapped(block)
         return block
 
-    def _reservation_bytes(self) -> int:
-        return self.capacity + self.capacity // 8 if self.capacity else _UNLIMITED_VA
+    def reservation_default(self, small: bool) -> int:
+        """Bytes PyTorch reserves per expandable segment: 1.125 × the device, when its size is known."""
+        total = self.device_total or self.capacity
+        return reservation_bytes(total, small) if total else UNKNOWN_DEVICE_RESERVATION
+
+    def _place_reservation(self, small: bool, stream: int) -> tuple[int, int]:
+        """(base, pages) of a new reservation: where the recorded driver put this pool's, if that range is
+        free; else right after the highest reservation, as the driver lays them out; else below all memory."""
+        page = page_size(small)
+        default = self.reservation_default(small)
+        for r in self.reservations.of(small, stream):
+            pages = r.pages(default)
+            if not self._overlaps(r.base, pages * page):
+                return r.base, pages
+        pages = default // page
+        top = max((es.base + es.size for es in self.expandable), default=None)
+        if top is not None:
+            base = -(-top // page) * page
+            if not self._overlaps(base, pages * page):
+                return base, pages
+        low = min(self._ranges, default=self._next_va)
+        return (low - pages * page - page) // page * page, pages
 
     def map_block(self, to_map: Block, size: int, stack: int = -1) -> bool:
         es = to_map.es

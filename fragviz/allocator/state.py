@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from fragviz.allocator.blocks import Block, BlockPool, ExpandableSegment
-from fragviz.allocator.rules import LARGE_BUFFER, SMALL_BUFFER
+from fragviz.allocator.reservations import Reservation, ReservationPlan, page_size
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.model import PROVENANCE_KEY, BlockState, Frame, Segment
 
@@ -12,16 +12,31 @@ _STATE_NAMES = {True: "active_allocated", False: "inactive"}
 
 
 def load_segments(alloc: DeviceAllocator, segments: list[Segment]) -> None:
-    """Put these segments (blocks and free gaps) into the allocator, as the state it starts from."""
-    expandable = [s for s in segments if s.is_expandable]
+    """Put these segments (blocks and free gaps) into the allocator, as the state it starts from.
+
+    Expandable segments go into the reservations of `alloc.reservations` (see `ReservationPlan`); where it
+    knows none for them, into reservations read from these segments alone.
+    """
     for seg in segments:
         if not seg.is_expandable:
             _load_chain(alloc, seg, _pool(alloc, seg), None)
-    for (pool_kind, stream), group in _by_pool_and_stream(expandable).items():
-        _load_expandable(alloc, group, pool_kind == "small", stream)
+    expandable = [s for s in segments if s.is_expandable]
+    inferred = ReservationPlan.infer(None, segments)
+    for reservation, group in _by_reservation(alloc.reservations, inferred, expandable):
+        _load_expandable(alloc, group, reservation)
     for seg in segments:
         if not seg.is_expandable:
             alloc._ranges[seg.address] = seg.total_size
+
+
+def _by_reservation(plan: ReservationPlan, inferred: ReservationPlan,
+                    segments: list[Segment]) -> list[tuple[Reservation, list[Segment]]]:
+    groups: dict[Reservation, list[Segment]] = {}
+    for seg in sorted(segments, key=lambda s: s.address):
+        small = seg.pool == "small"
+        r = plan.find(seg.address, small, seg.stream) or inferred.find(seg.address, small, seg.stream)
+        groups.setdefault(r, []).append(seg)  # type: ignore[arg-type]
+    return list(groups.items())
 
 
 def _pool(alloc: DeviceAllocator, seg: Segment) -> BlockPool:
@@ -53,34 +68,25 @@ def _load_chain(alloc: DeviceAllocator, seg: Segment, pool: BlockPool, es: Expan
     return prev
 
 
-def _by_pool_and_stream(segments: list[Segment]) -> dict[tuple[str, int], list[Segment]]:
-    out: dict[tuple[str, int], list[Segment]] = {}
-    for s in sorted(segments, key=lambda s: s.address):
-        out.setdefault((s.pool, s.stream), []).append(s)
-    return out
-
-
-def _load_expandable(alloc: DeviceAllocator, group: list[Segment], small: bool, stream: int) -> None:
-    # The reservation's true base is not in the snapshot: it starts at the first mapped range here.
-    page = SMALL_BUFFER if small else LARGE_BUFFER
-    base = group[0].address
-    span = group[-1].end - base
-    pages = max(-(-alloc._reservation_bytes() // page), -(-span // page) + 1)
-    es = ExpandableSegment(base, page, pages, stream)
-    alloc.expandable.append(es)
-    alloc._ranges[es.base] = es.size
-    pool = alloc.small if small else alloc.large
+def _load_expandable(alloc: DeviceAllocator, group: list[Segment], reservation: Reservation) -> None:
+    page = page_size(reservation.small)
+    base = reservation.base
+    pages = max(reservation.pages(alloc.reservation_default(reservation.small)), -(-(group[-1].end - base) // page))
+    pool = _pool(alloc, group[0])
+    head = alloc.reserve(pool, reservation.stream, base, pages)
+    es = head.es
+    pool.remove_unmapped(head)
     prev: Block | None = None
     cursor = base
     for seg in group:
         if seg.address > cursor:
-            prev = _unmapped(pool, es, cursor, seg.address - cursor, stream, prev)
+            prev = _unmapped(pool, es, cursor, seg.address - cursor, reservation.stream, prev)
         begin, end = es.pages_to_map(seg.address, seg.total_size)
         es.mapped.update(range(begin, end))
         prev = _load_chain(alloc, seg, pool, es, prev)
         cursor = seg.end
     if es.base + es.size > cursor:
-        _unmapped(pool, es, cursor, es.base + es.size - cursor, stream, prev)
+        _unmapped(pool, es, cursor, es.base + es.size - cursor, reservation.stream, prev)
 
 
 def _unmapped(pool: BlockPool, es: ExpandableSegment, addr: int, size: int, stream: int,

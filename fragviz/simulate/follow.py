@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fragviz.allocator.blocks import Block, BlockPool, ExpandableSegment
+from fragviz.allocator.blocks import Block, BlockPool
 from fragviz.allocator.config import AllocatorSettings
-from fragviz.allocator.rules import LARGE_BUFFER, SMALL_BUFFER, allocation_size, round_size, should_split
+from fragviz.allocator.reservations import ReservationPlan, page_size, segment_is_small
+from fragviz.allocator.rules import allocation_size, round_size, should_split
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import allocator_segments, load_segments
 from fragviz.analysis import Analysis
-from fragviz.allocator.groups import NEW_MEMORY, RELEASES, SEGMENT_ACTIONS, malloc_groups
+from fragviz.allocator.groups import NEW_MEMORY, RELEASES, malloc_groups
 from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
                            SEGMENT_UNMAP, Segment, Trace)
 
@@ -41,6 +42,7 @@ class FollowResult:
     final_state_matches: bool = True
     mismatches: list[dict[str, Any]] = field(default_factory=list)
     divergences: int = 0  # recorded events the simulated state could not take as they came
+    reservations: list[dict[str, Any]] = field(default_factory=list)  # expandable ones, read from the trace
 
     def as_dict(self) -> dict[str, Any]:
         return {"device": self.device, "mode": "follow", "alloc_events": self.alloc_events,
@@ -48,7 +50,8 @@ class FollowResult:
                 "segment_allocs_recorded": self.segment_allocs_recorded,
                 "segment_allocs_predicted": self.segment_allocs_predicted,
                 "segment_allocs_matched": self.segment_allocs_matched,
-                "final_state_matches": self.final_state_matches, "mismatches": self.mismatches}
+                "final_state_matches": self.final_state_matches, "mismatches": self.mismatches,
+                "reservations": self.reservations}
 
     def note(self, event: int, action: str, recorded: Any, predicted: Any) -> None:
         if len(self.mismatches) < MAX_MISMATCHES:
@@ -64,13 +67,32 @@ def predict(alloc: DeviceAllocator, orig_size: int, stream: int) -> Prediction:
         return Prediction(block.addr, 0)
     if not alloc.settings.expandable_segments:
         return Prediction(None, allocation_size(size))
-    page = SMALL_BUFFER if pool.small else LARGE_BUFFER
+    page = page_size(pool.small)
     candidate = alloc.find_expandable_block(pool, size, stream, create=False)
     if candidate is None:
         return Prediction(None, _pages(size, page))
-    if candidate.mapped:
-        return Prediction(candidate.addr, _pages(size - candidate.size, page), candidate.addr + candidate.size)
-    return Prediction(candidate.addr, _pages(size, page), candidate.addr)
+    first_new = candidate.addr if not candidate.mapped else candidate.next.addr
+    return Prediction(candidate.addr, _expandable_growth(candidate, size, page), first_new)
+
+
+def _expandable_growth(candidate: Block, size: int, page: int) -> int:
+    """Bytes try_allocate_expandable_block maps for `size` bytes from `candidate` (a free block followed by
+    unmapped ones, or an unmapped block), walked as it does: map what the next unmapped block lacks, in
+    whole pages but no more than that block, and take in a free block right after it as it merges."""
+    mapped = 0
+    have = candidate.size if candidate.mapped else 0
+    block = candidate if not candidate.mapped else candidate.next
+    while have < size and block is not None and not block.mapped:
+        grown = min(_pages(size - have, page), block.size)
+        mapped += grown
+        have += grown
+        after = block.next
+        if grown == block.size and after is not None and after.mapped and not after.allocated and not after.pending:
+            have += after.size
+            block = after.next
+        else:
+            break
+    return mapped
 
 
 def _pages(n: int, page: int) -> int:
@@ -78,8 +100,10 @@ def _pages(n: int, page: int) -> int:
 
 
 class _Follower:
-    def __init__(self, trace: Trace, start: list[Segment], settings: AllocatorSettings) -> None:
+    def __init__(self, trace: Trace, start: list[Segment], settings: AllocatorSettings,
+                 device_total: int | None = None) -> None:
         self.alloc = DeviceAllocator(settings, None, trace.device, record=False)
+        self.alloc.reservations = ReservationPlan.infer(trace, start, device_total)
         load_segments(self.alloc, start)
         self.act = trace.action.tolist()
         self.addr = trace.addr.tolist()
@@ -87,6 +111,8 @@ class _Follower:
         self.stream = trace.stream.tolist()
         self.stack = trace.stack.tolist()
         self.result = FollowResult(trace.device)
+        self.result.reservations = [{"base": r.base, "limit_bytes": r.limit, "pool": "small" if r.small else "large",
+                                     "stream": r.stream} for r in self.alloc.reservations.reservations]
 
     def run(self, final: list[Segment]) -> FollowResult:
         act, n = self.act, len(self.act)
@@ -98,13 +124,13 @@ class _Follower:
             a = starts.get(i, later.get(i))
             if a is not None:
                 predictions[a] = predict(self.alloc, self.size[a], self.stream[a])
-                if not predictions[a].new_bytes and act[i] in RELEASES:
-                    # A malloc releases memory only once the cache failed it: a cache hit means these
-                    # releases were an empty_cache() before the malloc began. Predict again after them.
-                    j = i
-                    while act[j] in RELEASES:
-                        j += 1
-                    later[j] = a
+                retry = _after_releases(act, i, a)
+                if retry is not None:
+                    # Releases inside a malloc: an empty_cache() before it began, or the allocator's own
+                    # release of every cached page once the device had no room (maps it had made before
+                    # that failed are released too). Either way what the malloc then got is decided by the
+                    # state after them: predict again there.
+                    later[retry] = a
             if act[i] == ALLOC:
                 self._score(i, predictions.pop(i))
             self._apply(i)
@@ -116,7 +142,8 @@ class _Follower:
     def _score(self, a: int, pred: Prediction) -> None:
         r = self.result
         g = self.groups[a]
-        new = [(self.addr[j], self.size[j]) for j in range(g, a) if self.act[j] in NEW_MEMORY]
+        retry = _after_releases(self.act, g, a)
+        new = [(self.addr[j], self.size[j]) for j in range(retry or g, a) if self.act[j] in NEW_MEMORY]
         new_bytes = sum(s for _, s in new)
         r.alloc_events += 1
         if new:
@@ -182,12 +209,8 @@ class _Follower:
                 self.result.divergences += 1
 
     def _pool_for_segment(self, i: int, size: int) -> BlockPool:
-        j = i + 1
-        while j < len(self.act) and self.act[j] in SEGMENT_ACTIONS:
-            j += 1
-        if j < len(self.act) and self.act[j] == ALLOC:
-            return self.alloc.pool_for(round_size(self.size[j], self.alloc.settings))
-        return self.alloc.small if size == SMALL_BUFFER else self.alloc.large
+        small = segment_is_small(self.act, self.size, i)
+        return self.alloc.small if small else self.alloc.large
 
     def _alloc(self, i: int, addr: int, orig: int, stream: int) -> None:
         alloc = self.alloc
@@ -206,19 +229,14 @@ class _Follower:
 
     def _map(self, i: int, addr: int, size: int, stream: int) -> None:
         alloc = self.alloc
-        block = _unmapped_containing(alloc, addr)
+        pool = self._pool_for_segment(i, size)
+        block = _unmapped_containing(pool, addr, stream)
         if block is None:
-            pool = self._pool_for_segment(i, size)
-            page = SMALL_BUFFER if pool.small else LARGE_BUFFER
-            pages = max(-(-alloc._reservation_bytes() // page), -(-size // page))
-            es = ExpandableSegment(addr, page, pages, stream)
-            alloc.expandable.append(es)
-            block = Block(addr, es.size, stream, pool, mapped=False, es=es)
-            prev = _mapped_ending_at(alloc, addr, stream)
-            block.splice(prev, None)
-            pool.insert_unmapped(block)
+            block = self._open_reservation(pool, addr, stream)
+            if block is None:
+                self.result.divergences += 1
+                return
         if block.addr < addr:
-            pool = block.pool
             pool.remove_unmapped(block)
             head = Block(block.addr, addr - block.addr, block.stream, pool, mapped=False, es=block.es)
             head.splice(block.prev, block)
@@ -227,6 +245,14 @@ class _Follower:
             pool.insert_unmapped(block)
         if not alloc.map_block(block, min(size, block.size)):
             self.result.divergences += 1
+
+    def _open_reservation(self, pool: BlockPool, addr: int, stream: int) -> Block | None:
+        """The first map into a reservation not made yet: make it where the plan read from the trace puts it."""
+        alloc = self.alloc
+        r = alloc.reservations.find(addr, pool.small, stream)
+        if r is None or any(es.base == r.base for es in alloc.expandable):
+            return None  # mapping memory that is mapped already: the recorded state and ours differ
+        return alloc.reserve(pool, stream, r.base, r.pages(alloc.reservation_default(pool.small)))
 
 
 def _free_at(alloc: DeviceAllocator, addr: int) -> Block | None:
@@ -245,19 +271,20 @@ def _free_containing(alloc: DeviceAllocator, addr: int, size: int) -> Block | No
     return None
 
 
-def _unmapped_containing(alloc: DeviceAllocator, addr: int) -> Block | None:
-    for pool in alloc._all_pools():
-        for block in pool.unmapped.values():
-            if block.addr <= addr < block.addr + block.size:
-                return block
-    return None
-
-
-def _mapped_ending_at(alloc: DeviceAllocator, addr: int, stream: int) -> Block | None:
-    for block in list(alloc.active.values()) + [b for p in alloc._all_pools() for b in p.by_addr.values()]:
-        if block.es is not None and block.addr + block.size == addr and block.stream == stream and block.next is None:
+def _unmapped_containing(pool: BlockPool, addr: int, stream: int) -> Block | None:
+    for block in pool.unmapped.values():
+        if block.stream == stream and block.addr <= addr < block.addr + block.size:
             return block
     return None
+
+
+def _after_releases(act: list[int], g: int, a: int) -> int | None:
+    """The index after the last release among a malloc's events [g, a), if it has releases."""
+    last = None
+    for j in range(g, a):
+        if act[j] in RELEASES:
+            last = j
+    return None if last is None else last + 1
 
 
 def _split_off_front(block: Block, front: int) -> Block:
@@ -280,16 +307,20 @@ def _same_segments(simulated: list[dict[str, Any]], final: list[Segment]) -> boo
     return sorted(map(shape_sim, simulated)) == sorted(map(shape_final, final))
 
 
-def follow_device(trace: Trace, start: list[Segment], final: list[Segment], settings: AllocatorSettings) -> FollowResult:
-    """Follow `trace` from the `start` state; score predictions; check the end against `final`."""
-    return _Follower(trace, start, settings).run(final)
+def follow_device(trace: Trace, start: list[Segment], final: list[Segment], settings: AllocatorSettings,
+                  device_total: int | None = None) -> FollowResult:
+    """Follow `trace` from the `start` state; score predictions; check the end against `final`.
+
+    `device_total` (bytes), where known, bounds expandable reservations (see `ReservationPlan`)."""
+    return _Follower(trace, start, settings, device_total).run(final)
 
 
-def follow(analysis: Analysis) -> dict[str, Any]:
-    """Follow mode on every device: the `fragviz simulate FILE --json` object."""
+def follow(analysis: Analysis, device_total: int | None = None) -> dict[str, Any]:
+    """Follow mode on every device: the `fragviz simulate FILE --json` object. `device_total`: each device's
+    memory in bytes, where the user knows it (it bounds expandable reservations)."""
     devices = []
     for device, replay in analysis.replays.items():
         result = follow_device(replay.trace, replay.segments_at(0), analysis.snapshot.segments_of(device),
-                               analysis.settings)
+                               analysis.settings, device_total)
         devices.append(result.as_dict())
     return {"devices": devices}
