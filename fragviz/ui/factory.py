@@ -16,7 +16,7 @@ from fragviz.ui import ids
 from fragviz.ui.api import Writer, install_api
 from fragviz.ui.data import Views
 from fragviz.ui.guard import Door, install_guard
-from fragviz.ui.pages import compare, library, live, snapshot, whatif
+from fragviz.ui.pages import compare, doctor, library, live, snapshot, whatif
 from fragviz.ui.pages.common import error_panel, header
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets")
@@ -68,8 +68,10 @@ def _register(app: dash.Dash, app_ctx: AppContext) -> None:
             return compare.layout(app_ctx, search)
         if path == "/live":
             return live.layout(app_ctx)
+        if path == "/doctor":
+            return doctor.layout(app_ctx, search)
         return html.Div([header(), html.Main(className="fv-main", children=[error_panel(f"no page at {path}")])])
 
-    for page in (library, snapshot, whatif, compare, live):
+    for page in (library, snapshot, whatif, compare, live, doctor):
         page.register(app, app_ctx)
 

@@ -49,3 +49,7 @@ LIVE_SAVE = "live-save"
 LIVE_SAVE_RESULT = "live-save-result"
 LIVE_SEGMENT_MAP = "live-segment-map"
 LIVE_GAP_HISTOGRAM = "live-gap-histogram"
+DOCTOR_PASTE = "doctor-paste"  # a memory_summary() table and/or an OOM message
+DOCTOR_RUN = "doctor-run"
+DOCTOR_RESULT = "doctor-result"
+DOCTOR_SNAPSHOT = "doctor-snapshot"  # the ?snapshot=ID read with the paste

@@ -14,7 +14,8 @@ def header() -> html.Header:
     return html.Header(className="fv-header", children=[
         dcc.Link("fragviz", href="/", className="fv-brand"),
         html.Span("CUDA caching-allocator fragmentation, explained", className="fv-tagline"),
-        html.Nav([dcc.Link("Library", href="/"), dcc.Link("Live", href="/live"), dcc.Link("Compare", href="/compare")]),
+        html.Nav([dcc.Link("Library", href="/"), dcc.Link("Live", href="/live"), dcc.Link("Compare", href="/compare"),
+                  dcc.Link("Doctor", href="/doctor")]),
     ])
 
 
