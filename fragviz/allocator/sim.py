@@ -50,7 +50,7 @@ class DeviceAllocator:
         self.num_ooms = 0
         self.trace: list[dict[str, Any]] = []
         self._next_va = va_base
-        self._event = 0  # index of the workload event being served, stamped on trace entries
+        self.event = 0  # index of the workload event being served, stamped on trace entries
         # Where the driver put device allocations is not the allocator's choice, but it decides ties in
         # best fit (equal sizes go to the lower address). Recorded cudaMalloc addresses, by workload event,
         # are reused when the simulation asks for the same size there; otherwise addresses grow downward
@@ -174,7 +174,7 @@ class DeviceAllocator:
         self.active[block.addr] = block
         self.active_bytes += block.size
         self.requested += orig_size
-        self._bump_peaks()
+        self.bump_peaks()
         return block
 
     # -- freeing (reference C.11) --------------------------------------------------------------------
@@ -226,12 +226,12 @@ class DeviceAllocator:
         block = Block(addr, size, stream, pool)
         self.reserved += size
         self._ranges[addr] = size
-        self._bump_peaks()
+        self.bump_peaks()
         self._trace("segment_alloc", addr, size, stream, stack)
         return block
 
     def _take_va(self, size: int) -> int:
-        hints = self.address_hints.get(self._event)
+        hints = self.address_hints.get(self.event)
         if hints:
             for i, (hint_size, addr) in enumerate(hints):
                 if hint_size == size and not self._overlaps(addr, size):
@@ -239,6 +239,10 @@ class DeviceAllocator:
                     return addr
         low = min(self._ranges, default=self._next_va)
         return (low - size - VA_ALIGN) // VA_ALIGN * VA_ALIGN
+
+    def claim(self, addr: int, size: int) -> None:
+        """Note that [addr, addr + size) is in use (a segment loaded from a snapshot), so nothing is placed there."""
+        self._ranges[addr] = size
 
     def _overlaps(self, addr: int, size: int) -> bool:
         return any(a < addr + size and addr < a + n for a, n in self._ranges.items())
@@ -325,7 +329,7 @@ class DeviceAllocator:
         self._try_merge(to_map, to_map.next)
         pool.insert(to_map)
         self.reserved += mapped
-        self._bump_peaks()
+        self.bump_peaks()
         self._trace("segment_map", start, mapped, to_map.stream, stack)
         return True
 
@@ -428,7 +432,7 @@ class DeviceAllocator:
                     self.release_block(block)
 
     # -- bookkeeping ---------------------------------------------------------------------------------
-    def _bump_peaks(self) -> None:
+    def bump_peaks(self) -> None:
         p = self.peaks
         if self.reserved > p.reserved:
             p.reserved = self.reserved
@@ -441,7 +445,7 @@ class DeviceAllocator:
         if not self.record:
             return
         entry: dict[str, Any] = {"action": action, "size": size, "stream": stream, "stack": stack,
-                                 "event": self._event}
+                                 "event": self.event}
         if addr is not None:
             entry["addr"] = addr
         entry.update(extra)
@@ -450,20 +454,23 @@ class DeviceAllocator:
         self.trace.append(entry)
 
     def largest_free_block(self) -> int:
-        return max((k[1] for pool in self._all_pools() for k in pool.keys), default=0)
+        """The largest free block a general request can get (private pools' blocks serve only their own)."""
+        return max((k[1] for pool in (self.large, self.small) for k in pool.keys), default=0)
 
     def free_bytes(self) -> int:
-        return sum(k[1] for pool in self._all_pools() for k in pool.keys)
+        """Cached free bytes of the general pool (see `largest_free_block`)."""
+        return sum(k[1] for pool in (self.large, self.small) for k in pool.keys)
 
     def inactive_split_bytes(self) -> int:
         """Free bytes in blocks that share their segment with others: what memory_stats calls inactive_split."""
-        return sum(b.size for pool in self._all_pools() for b in pool.by_key.values() if b.is_split)
+        return sum(b.size for pool in self.all_pools() for b in pool.by_key.values() if b.is_split)
 
     def pending_bytes(self) -> int:
         """Bytes in blocks freed by the program but waiting on other streams (active_pending_free)."""
         return sum(b.size for b in self.active.values() if b.pending)
 
-    def _all_pools(self) -> list[BlockPool]:
+    def all_pools(self) -> list[BlockPool]:
+        """The general pool's small and large pools, then every private pool's."""
         pools = [self.large, self.small]
         for pair in self.private.values():
             pools.extend(pair)
@@ -472,7 +479,7 @@ class DeviceAllocator:
     def segment_heads(self) -> list[Block]:
         """First block of every segment (every contiguous mapped range, for expandable segments)."""
         blocks = list(self.active.values())
-        for pool in self._all_pools():
+        for pool in self.all_pools():
             blocks.extend(pool.by_key.values())
         heads = [b for b in blocks if b.prev is None or not b.prev.mapped]
         return sorted(heads, key=lambda b: b.addr)

@@ -26,7 +26,7 @@ def load_segments(alloc: DeviceAllocator, segments: list[Segment]) -> None:
         _load_expandable(alloc, group, reservation)
     for seg in segments:
         if not seg.is_expandable:
-            alloc._ranges[seg.address] = seg.total_size
+            alloc.claim(seg.address, seg.total_size)
 
 
 def _by_reservation(plan: ReservationPlan, inferred: ReservationPlan,
@@ -64,7 +64,7 @@ def _load_chain(alloc: DeviceAllocator, seg: Segment, pool: BlockPool, es: Expan
             alloc.active_bytes += block.size
             alloc.requested += block.requested
         prev = block
-    alloc._bump_peaks()
+    alloc.bump_peaks()
     return prev
 
 

@@ -256,7 +256,7 @@ class _Follower:
 
 
 def _free_at(alloc: DeviceAllocator, addr: int) -> Block | None:
-    for pool in alloc._all_pools():
+    for pool in alloc.all_pools():
         block = pool.by_addr.get(addr)
         if block is not None:
             return block
@@ -264,7 +264,7 @@ def _free_at(alloc: DeviceAllocator, addr: int) -> Block | None:
 
 
 def _free_containing(alloc: DeviceAllocator, addr: int, size: int) -> Block | None:
-    for pool in alloc._all_pools():
+    for pool in alloc.all_pools():
         for block in pool.by_addr.values():
             if block.addr <= addr and addr + size <= block.addr + block.size:
                 return block

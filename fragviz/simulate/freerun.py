@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 from fragviz.allocator.blocks import Block
 from fragviz.allocator.config import AllocatorSettings
 from fragviz.allocator.groups import NEW_MEMORY, RELEASES, malloc_groups
+from fragviz.allocator.reservations import ReservationPlan
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import load_segments
 from fragviz.metrics import fragmentation
@@ -123,13 +124,14 @@ def free_run(trace: Trace, start: list[Segment], settings: AllocatorSettings, ca
     `reserved` is the recorded reserved bytes after each event (the replay's series), used to read the trace.
     """
     alloc = DeviceAllocator(settings, capacity, trace.device, record=record)
+    alloc.reservations = ReservationPlan.infer(trace, start)  # where the recorded driver put them
     load_segments(alloc, start)
     alloc.address_hints = recorded_device_allocations(trace)
     result = FreeRunResult(trace.device, settings, capacity, alloc)
     live: dict[Any, Block] = {(b.addr, 0): b for b in alloc.active.values()}
     n = len(trace)
     for count, op in enumerate(workload(trace, reserved, capacity)):
-        alloc._event = op.event
+        alloc.event = op.event
         if progress is not None and count % 5000 == 0:
             progress(op.event, n)
         if op.kind == "alloc":
