@@ -11,11 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fragviz.allocator.config import AllocConfError, parse_alloc_conf
-from fragviz.analysis import Analysis, trace_totals
-from fragviz.doctor.message import OomMessage, find_messages, parse_message
+from fragviz.analysis import Analysis
 from fragviz.doctor.summary import MemorySummary
-from fragviz.metrics import state_figures
-from fragviz.model import OOM
+from fragviz.doctor.summary_checks import first_message, message_conflicts, snapshot_checks
 from fragviz.units import MiB
 from fragviz.units import format_bytes as fb
 
@@ -24,9 +22,6 @@ from fragviz.units import format_bytes as fb
 MARGIN = 64 * MiB
 # A stranded share of reserved memory at or above this is "large": packing it would give the job a tenth more room.
 LARGE_SHARE = 0.10
-# A message prints two decimals of its unit: up to 0.005 GiB either way, and the message may be a moment later.
-MESSAGE_SLACK = 12 * MiB
-VERDICTS = ("fragmentation", "exhaustion", "undetermined", "no_oom", "healthy")
 
 
 @dataclass(frozen=True)
@@ -59,12 +54,14 @@ def diagnose_summary(summary: MemorySummary, analysis: Analysis | None = None, m
     `ooms` are the doctor's diagnoses of that snapshot's and message's OOMs (`diagnose`, `diagnose_message`):
     where their source agrees with the table, the verdict follows theirs (they know the failed request).
     `text` is the rest of the paste, read for a PYTORCH_CUDA_ALLOC_CONF the run set."""
-    msg = _first_message(message)
-    msg_conflicts = _message_conflicts(summary, msg) if msg is not None else []
-    snap_conflicts, snap_findings = _snapshot_checks(summary, analysis) if analysis is not None else ([], [])
+    msg = first_message(message)
+    msg_conflicts = message_conflicts(summary, msg) if msg is not None else []
+    snap_conflicts, snap_findings = snapshot_checks(summary, analysis) if analysis is not None else ([], [])
     verdict = _verdict(summary)
     adopted = _adopted(summary, ooms, msg_conflicts, snap_conflicts)
     findings = _findings(summary) + snap_findings
+    if adopted is None and (why := _why(summary, verdict)):
+        findings.append(why)
     if adopted is not None:
         findings.append(f"The {adopted[1]}, which agrees with the table, knows the failed request: its verdict is "
                         f"{adopted[0]} (the table alone says {verdict}).")
@@ -93,6 +90,25 @@ def _verdict(s: MemorySummary) -> str:
     if s.num_alloc_retries or large or s.cell("inactive_split_bytes") is None:
         return "no_oom"
     return "healthy"
+
+
+def _why(s: MemorySummary, verdict: str) -> str | None:
+    """What a verdict from the table alone rests on, and what it cannot know (the failed request's size)."""
+    if verdict == "fragmentation":
+        return ("Fragmentation, from the table alone: OOMs were raised while a large share of the reserved memory "
+                "sat in free pieces of split segments. The table does not give the failed request: had it been "
+                "larger than those pieces together plus the device's free memory, it was exhaustion (the OOM "
+                "message tells).")
+    peak = s.figure("inactive_split_bytes", "peak")
+    if verdict == "exhaustion":
+        return (f"Exhaustion: non-releasable memory peaked at {fb(peak)}, under {fb(MARGIN)}, so packing the cache "
+                "could not have made room that matters: the OOMs came from memory in use, not memory stranded in "
+                "the cache.")
+    if verdict == "undetermined" and s.num_ooms:
+        held = (f"non-releasable memory reached {fb(peak)}, too much to rule fragmentation out and too small a share "
+                f"of reserved (under {LARGE_SHARE:.0%}) to call it") if peak is not None else "the paste has no Non-releasable row"
+        return f"Undetermined: the table shows OOMs, but {held}; the failed request's size decides."
+    return None
 
 
 def _adopted(s: MemorySummary, ooms, msg_conflicts: list[str], snap_conflicts: list[str]) -> tuple[str, str] | None:
@@ -186,19 +202,14 @@ def _non_releasable(s: MemorySummary) -> str | None:
 
 
 def _oversize(s: MemorySummary) -> str | None:
-    rows = [(label, s.oversize_allocations if key == "a" else s.oversize_segments)
-            for label, key in (("allocations", "a"), ("segments", "s"))]
-    parts = [f"{label} {_counts(m.all)}" for label, m in rows if m is not None and m.all is not None]
+    parts = [f"{label} " + ", ".join(f"{c.value} {when}" for when, c in zip(("now", "at peak", "in all"), (
+        s.cell(metric), s.cell(metric, "peak"), s.cell(metric, "allocated"))) if c is not None)
+        for label, metric in (("allocations", "oversize_allocations"), ("segments", "oversize_segments"))
+        if s.cell(metric) is not None]
     if not parts:
         return None
-    seen = _oversize_seen(s)
     return ("Oversize (blocks of at least max_split_size_mb, counted only when it is set): " + "; ".join(parts)
-            + (": so max_split_size_mb is in force." if seen else "."))
-
-
-def _counts(row) -> str:
-    cells = [(name, getattr(row, name)) for name in ("current", "peak", "allocated")]
-    return ", ".join(f"{c.value} {label}" for (name, c), label in zip(cells, ("now", "at peak", "in all")) if c is not None)
+            + (": so max_split_size_mb is in force." if _oversize_seen(s) else "."))
 
 
 def _oversize_seen(s: MemorySummary) -> bool:
@@ -297,83 +308,6 @@ def _fragmentation_advice(force: InForce) -> list[str]:
                "requests. torch.cuda.empty_cache() does not release non-releasable memory: it frees whole free "
                "segments only.")
     return out
-
-
-# ---- with a message or a snapshot ----------------------------------------------------------------------------
-
-def _first_message(message: str | None) -> OomMessage | None:
-    for line in find_messages(message or ""):
-        msg = parse_message(line)
-        if msg is not None:
-            return msg
-    return None
-
-
-def _message_conflicts(s: MemorySummary, msg: OomMessage) -> list[str]:
-    if s.device is not None and msg.device is not None and s.device != msg.device:
-        return [f"The table is for device {s.device}, the OOM message for GPU {msg.device}: their figures are "
-                "not combined."]
-    out = []
-    if s.num_ooms == 0:
-        out.append("The table counts no OOM, yet the message reports one: the table was printed before that OOM, or "
-                   "in another process or run (or after reset_accumulated_memory_stats()).")
-    for what, metric, value in (("reserved", "reserved_bytes", msg.reserved), ("allocated", "allocated_bytes", msg.allocated)):
-        peak = s.cell(metric, "peak")
-        if value is not None and peak is not None and value - MESSAGE_SLACK > peak.upper:
-            out.append(f"The message's {fb(value)} {what} is more than the table's peak {what} ({fb(peak.value)}): "
-                       "the table was printed before the OOM, or in another process (or after reset_peak_memory_stats()).")
-    peak = s.cell("reserved_bytes", "peak")
-    if msg.total is not None and peak is not None and peak.value > msg.total + MESSAGE_SLACK:
-        out.append(f"The table's peak reserved ({fb(peak.value)}) is more than the message's whole device "
-                   f"({fb(msg.total)} total capacity): they are not the same device.")
-    return out
-
-
-def _snapshot_checks(s: MemorySummary, analysis: Analysis) -> tuple[list[str], list[str]]:
-    devices = sorted(analysis.replays)
-    if not devices:
-        return ["The snapshot holds no device to compare with the table."], []
-    if s.device is not None and s.device not in analysis.replays:
-        return [f"The table is for device {s.device}; the snapshot has device(s) {', '.join(map(str, devices))}: "
-                "their figures are not combined."], []
-    device = s.device if s.device is not None else devices[0]
-    out = _snapshot_ooms(s, analysis, device) + _snapshot_peak(s, analysis, device)
-    moment, findings = _same_moment(s, analysis, device)
-    return out + moment, findings
-
-
-def _snapshot_ooms(s: MemorySummary, analysis: Analysis, device: int) -> list[str]:
-    recorded = int((analysis.replays[device].trace.action == OOM).sum())
-    if s.num_ooms is None or recorded <= s.num_ooms:
-        return []
-    return [f"The snapshot records {recorded} OOM(s) on device {device}, the table counts {s.num_ooms}: the table was "
-            "printed before them, or comes from another run (or after reset_accumulated_memory_stats())."]
-
-
-def _snapshot_peak(s: MemorySummary, analysis: Analysis, device: int) -> list[str]:
-    peak = s.cell("reserved_bytes", "peak")
-    seen = trace_totals(analysis.snapshot, device).peak_reserved
-    if peak is None or seen <= peak.upper:
-        return []
-    return [f"The snapshot reaches {fb(seen)} reserved on device {device}, more than the table's peak reserved "
-            f"({fb(peak.value)}): the table was printed before that, or in another run (or after "
-            "reset_peak_memory_stats())."]
-
-
-def _same_moment(s: MemorySummary, analysis: Analysis, device: int) -> tuple[list[str], list[str]]:
-    reserved = s.cell("reserved_bytes")
-    if reserved is None:
-        return [], []
-    fig = state_figures(analysis.snapshot.segments_of(device))
-    active = s.cell("active_bytes")
-    same = reserved.value <= fig.reserved_bytes <= reserved.upper and (
-        active is None or active.value <= fig.allocated_bytes <= active.upper)
-    if not same:
-        return [f"The snapshot ends with {fb(fig.reserved_bytes)} reserved on device {device}, the table shows "
-                f"{fb(reserved.value)} now: not the same moment, so their figures are not combined."], []
-    return [], [f"The snapshot's end state on device {device} matches the table's current figures ({fb(fig.reserved_bytes)} "
-                f"reserved): its {fb(fig.free_bytes)} of free cached blocks lie in {fig.free_blocks} piece(s), the "
-                f"largest {fb(fig.largest_free_block)}."]
 
 
 # ---- for a terminal ------------------------------------------------------------------------------------------

@@ -236,6 +236,7 @@ def test_ooms_with_a_large_non_releasable_share_is_fragmentation():
     d = diagnose_summary(parse_summary(with_header(sample(1), 2, 5), "s1"))
     assert d.verdict == "fragmentation"
     assert "2 OOMs raised, 5 cudaMalloc retries" in d.findings[0]
+    assert any("The table does not give the failed request" in f for f in d.findings)  # what the verdict cannot know
     assert any(a.startswith("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") for a in d.advice)
 
 
@@ -246,6 +247,7 @@ def test_ooms_with_little_stranded_memory_is_exhaustion():
                    with_header(sample(2), 1, 1))
     d = diagnose_summary(parse_summary(table, "t"))
     assert d.verdict == "exhaustion"
+    assert any("non-releasable memory peaked at 40.00 MiB, under 64.00 MiB" in f for f in d.findings)
     assert not any("expandable_segments" in a for a in d.advice)
     assert any("reduce the batch size" in a for a in d.advice)
 
@@ -254,6 +256,7 @@ def test_ooms_with_a_middling_share_are_undetermined_until_the_message_decides()
     table = with_header(sample(2), 1, 1)  # non-releasable peak 367.5 MiB: above 64 MiB, 6.3 % of reserved
     alone = diagnose_summary(parse_summary(table, "t"))
     assert alone.verdict == "undetermined"
+    assert any("non-releasable memory reached 367.50 MiB" in f for f in alone.findings)
     assert any("Pass the OOM message" in a for a in alone.advice)
     # The message: reserved 5.50 GiB + 60 MiB = 5692 MiB <= the table's 5868 MiB peak; device 0; 5.75 GiB card.
     # 60 MiB cached + 20 MiB free is far below the 2 GiB asked for, and 5888 - 20 - 5692 = 176 MiB outside
