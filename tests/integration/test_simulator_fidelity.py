@@ -102,8 +102,10 @@ def test_simulate_command_json_shapes(tmp_path):
     out = subprocess.run([FRAGVIZ, "simulate", path, "--json"], capture_output=True, text=True)
     (d,) = json.loads(out.stdout)["devices"]
     assert set(d) == {"device", "mode", "alloc_events", "alloc_address_matches", "segment_allocs_recorded",
-                      "segment_allocs_predicted", "segment_allocs_matched", "final_state_matches", "mismatches"}
+                      "segment_allocs_predicted", "segment_allocs_matched", "final_state_matches", "mismatches",
+                      "reservations"}
     assert (d["mode"], d["alloc_events"], d["alloc_address_matches"]) == ("follow", 36, 36)
+    assert d["reservations"] == []  # no expandable segments in this file
     sim_file = tmp_path / "sim.pickle"
     out = subprocess.run([FRAGVIZ, "simulate", path, "--alloc-conf", "expandable_segments:True,max_split_size_mb:128",
                           "--device-memory", "80GiB", "--json", "--out", str(sim_file)], capture_output=True, text=True)
