@@ -281,12 +281,13 @@ def _doctor_summary(args: argparse.Namespace) -> int:
     from fragviz.doctor import PUBLIC_KEYS, diagnose, diagnose_message
     from fragviz.doctor.message import find_messages
     from fragviz.doctor.summary import parse_summary, read_summary_text
+    from fragviz.doctor.summary_checks import message_device
     from fragviz.doctor.summary_text import diagnose_summary, summary_text
     from fragviz.doctor.text import doctor_text
 
     text = read_summary_text(args.summary, sys.stdin.buffer)
-    summary = parse_summary(text, "<stdin>" if args.summary == "-" else args.summary)
     message = args.message or "\n".join(find_messages(text)) or None
+    summary = parse_summary(text, "<stdin>" if args.summary == "-" else args.summary, message_device(message))
     analysis = _analysis_for(args.target, args.db) if args.target is not None else None
     ooms = diagnose(analysis, message, simulate=not args.no_simulate) if analysis is not None else (
         diagnose_message(message) if message else [])

@@ -103,6 +103,8 @@ class MemorySummary:
     num_ooms: int | None = None
     num_alloc_retries: int | None = None
     unit_style: str | None = None  # "KB" (before 2.0; binary all the same), "KiB" (2.0 on), None: not shown
+    position: int = 1  # which table of the text this is (1-based)
+    tables: int = 1  # of how many
     allocated_bytes: Metric | None = None
     active_bytes: Metric | None = None
     requested_bytes: Metric | None = None
@@ -128,7 +130,8 @@ class MemorySummary:
     def as_dict(self) -> dict[str, Any]:
         """The figures in memory_stats()'s own shape: {metric: {pool: {column: value}}}; None where absent."""
         out: dict[str, Any] = {"device": self.device, "num_ooms": self.num_ooms,
-                               "num_alloc_retries": self.num_alloc_retries, "unit_style": self.unit_style}
+                               "num_alloc_retries": self.num_alloc_retries, "unit_style": self.unit_style,
+                               "table": self.position, "tables": self.tables}
         for key, _, _ in METRICS:
             m = getattr(self, key)
             out[key] = None if m is None else {pool: _row_dict(getattr(m, pool)) for pool in ("all", *_POOLS.values())}
@@ -170,10 +173,10 @@ def parse_summaries(text: str, source: str = "the text") -> list[MemorySummary]:
     for line in text.splitlines():
         if len(line) <= MAX_LINE:
             _read_line(tables, line)
-    found = [t.summary(source) for t in tables if t.has_figures()]
+    found = [t for t in tables if t.has_figures()]
     if not found:
         raise SummaryFormatError(source, "no torch.cuda.memory_summary() table found")
-    return found
+    return [t.summary(source, n, len(found)) for n, t in enumerate(found, 1)]
 
 
 def parse_summary(text: str, source: str = "the text", device: int | None = None) -> MemorySummary:
@@ -196,10 +199,10 @@ class _Table:
     def has_figures(self) -> bool:
         return bool(self.rows) or self.ooms is not None or self.retries is not None
 
-    def summary(self, source: str) -> MemorySummary:
+    def summary(self, source: str, position: int, tables: int) -> MemorySummary:
         style = "KiB" if any("i" in u for u in self.units) else ("KB" if self.units - {"B"} else None)
         metrics = {key: Metric(**pools) for key, pools in self.rows.items()}
-        return MemorySummary(source, self.device, self.ooms, self.retries, style, **metrics)
+        return MemorySummary(source, self.device, self.ooms, self.retries, style, position, tables, **metrics)
 
 
 def _read_line(tables: list[_Table], line: str) -> None:

@@ -92,3 +92,9 @@ def _same_moment(s: MemorySummary, analysis: Analysis, device: int) -> tuple[lis
     return [], [f"The snapshot's end state on device {device} matches the table's current figures ({fb(fig.reserved_bytes)} "
                 f"reserved): its {fb(fig.free_bytes)} of free cached blocks lie in {fig.free_blocks} piece(s), the "
                 f"largest {fb(fig.largest_free_block)}."]
+
+
+def message_device(message: str | None) -> int | None:
+    """The GPU the first OOM message in `message` names: which of several tables to read with it."""
+    msg = first_message(message)
+    return msg.device if msg is not None else None

@@ -134,6 +134,9 @@ def _findings(s: MemorySummary) -> list[str]:
 
 def _header(s: MemorySummary) -> str:
     device = f"Device {s.device}" if s.device is not None else "The table (no device ID in the paste)"
+    if s.tables > 1:
+        device = f"Table {s.position} of the {s.tables} in the text, device {s.device}" if s.device is not None else (
+            f"Table {s.position} of the {s.tables} in the text (no device ID)")
     if s.num_ooms is None and s.num_alloc_retries is None:
         return (f"{device}: the paste has no \"CUDA OOMs | cudaMalloc retries\" line, so whether the allocator ran "
                 "out of memory or retried is unknown.")
@@ -170,9 +173,9 @@ def _cached_free(s: MemorySummary) -> str | None:
     reserved, allocated, active = s.figure("reserved_bytes"), s.figure("allocated_bytes"), s.figure("active_bytes")
     if reserved is None or allocated is None:
         return None
-    out = f"Reserved but not allocated now: {fb(max(0, reserved - allocated))} ({fb(reserved)} − {fb(allocated)})"
+    out = f"Reserved but not allocated now: {fb(max(0, reserved - allocated))} ({fb(reserved)} - {fb(allocated)})"
     if active is not None and active > allocated:
-        out += f", of which {fb(active - allocated)} is freed but waiting for other streams (active − allocated)"
+        out += f", of which {fb(active - allocated)} is freed but waiting for other streams (active - allocated)"
     return out + "."
 
 

@@ -84,6 +84,22 @@ def test_an_oom_message_in_the_same_log_is_read_too(tmp_path):
     assert [o["verdict"] for o in d["ooms"]] == ["exhaustion"]
 
 
+def test_of_several_tables_the_one_of_the_messages_device_is_read(tmp_path):
+    log = (sample(2) + "step 2\n" + sample(3).replace("device ID 0", "device ID 1")
+           + "step 3\n" + sample(1).replace("device ID 0", "device ID 2"))
+    message = ("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 15.90 GiB total capacity; 13.99 GiB already "
+               "allocated; 5.00 MiB free; 14.24 GiB reserved in total by PyTorch)")
+    proc = doctor("--summary", write(tmp_path, "log.txt", log), "--message", message, "--json")
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    s = d["summary"]
+    assert (s["device"], s["table"], s["tables"]) == (1, 2, 3)
+    assert s["reserved_bytes"]["all"]["current"] == 14586 * MiB  # sample 3's figure
+    assert d["findings"][0].startswith("Table 2 of the 3 in the text, device 1")
+    proc = doctor("--summary", write(tmp_path, "log.txt", log), "--json")  # no message: the last table
+    assert json.loads(proc.stdout)["summary"]["device"] == 2
+
+
 def test_with_a_snapshot_of_the_same_moment_and_of_another_device(tmp_path):
     seg = segment(0x7F0000000000, [block(0x7F0000000000, 12 * MiB), block(0x7F0000C00000, 8 * MiB, "inactive")])
     snap = write_pickle(str(tmp_path / "snap.pickle"), snapshot(

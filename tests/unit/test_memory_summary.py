@@ -158,6 +158,8 @@ def test_several_tables_in_one_log():
     assert [t.device for t in tables] == [0, 1]
     assert parse_summary(text, "log", device=0).figure("reserved_bytes") == 5684 * MiB
     assert parse_summary(text, "log").figure("reserved_bytes") == 5176 * MiB  # the last one by default
+    assert [(t.position, t.tables) for t in tables] == [(1, 2), (2, 2)]
+    assert diagnose_summary(tables[1]).findings[0].startswith("Table 2 of the 2 in the text, device 1: 0 OOMs")
 
 
 def test_as_dict_uses_memory_stats_names():

@@ -9,6 +9,7 @@ from dash import Input, Output, State, dcc, html
 from fragviz.doctor import diagnose_message
 from fragviz.doctor.message import find_messages
 from fragviz.doctor.summary import SummaryFormatError, parse_summary
+from fragviz.doctor.summary_checks import message_device
 from fragviz.doctor.summary_text import SummaryDiagnosis, diagnose_summary
 from fragviz.errors import FragvizError
 from fragviz.ui import ids
@@ -51,7 +52,7 @@ def diagnose_paste(app_ctx, text: str, sid: int | None) -> html.Div:
         return error_panel("paste a torch.cuda.memory_summary() table and/or a CUDA out-of-memory message")
     message = "\n".join(find_messages(text)) or None
     try:
-        summary = parse_summary(text, SOURCE)
+        summary = parse_summary(text, SOURCE, message_device(message))
     except SummaryFormatError as exc:
         if message is None or "no torch.cuda.memory_summary() table" not in str(exc):
             return error_panel(str(exc))
