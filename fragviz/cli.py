@@ -230,8 +230,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from fragviz.simulate import follow, simulated_snapshot, what_if
-    from fragviz.units import parse_size
     from fragviz.simulate.text import follow_text, what_if_text
+    from fragviz.simulate.whatif import NothingToSimulate, nothing_to_follow
+    from fragviz.units import parse_size
 
     analysis = _analysis_for(args.target, args.db)
     memory = parse_size(args.device_memory) if args.device_memory else None
@@ -239,9 +240,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if args.out or memory is not None:
             raise UsageError("--out and --device-memory go with --alloc-conf (free-run)")
         result = follow(analysis)
+        if not any(d["alloc_events"] for d in result["devices"]):
+            raise NothingToSimulate(nothing_to_follow(analysis))
         print(json.dumps(result) if args.json else follow_text(analysis, result))
         return 0
-    result = what_if(analysis, args.alloc_conf, memory)
+    result = what_if(analysis, args.alloc_conf, memory)  # refuses (NothingToSimulate) when no device has a workload
     if args.out:
         import pickle
 

@@ -18,11 +18,21 @@ def doctor_text(source: str, ooms: list[dict[str, Any]]) -> str:
                 "--message to diagnose one.")
     lines = []
     for n, o in enumerate(ooms, 1):
-        where = f" at event {o['event']} of device {o['device']}" if o.get("event") is not None else ""
-        lines.append(f"OOM {n}{where}: {_TITLES[o['verdict']]}")
-        figures = [f"{label} {format_bytes(o[key])}" for key, label in _FIGURES if o.get(key) is not None]
-        if figures and o["requested_bytes"]:
-            lines.append("  " + "; ".join(figures))
-        lines.extend(f"  - {a}" for a in o["advice"])
-        lines.extend(f"  what if: {w['summary']}" for w in o["what_if"])
+        lines.extend(oom_lines(n, o))
     return "\n".join(lines)
+
+
+def oom_lines(n: int, o: dict[str, Any]) -> list[str]:
+    where = f" at event {o['event']} of device {o['device']}" if o.get("event") is not None else ""
+    lines = [f"OOM {n}{where}: {_TITLES[o['verdict']]}"]
+    figures = [f"{label} {format_bytes(o[key])}" for key, label in _FIGURES if o.get(key) is not None]
+    if figures and o["requested_bytes"]:
+        lines.append("  " + "; ".join(figures))
+    lines.extend(f"  warning: {w}" for w in o.get("warnings", []))
+    lines.extend(f"  note: {note}" for note in o.get("notes", []))
+    lines.extend(f"  - {a}" for a in o["advice"])
+    for w in o["what_if"]:
+        lines.append(f"  what if: {w['summary']}")
+    starts = {note for w in o["what_if"] for note in w.get("start_notes", [])}
+    lines.extend(f"  what if, note: {note}" for note in sorted(starts))
+    return lines

@@ -2,67 +2,43 @@
 trace exists, what the suggested settings would have changed (by free-run simulation).
 
 Verdicts:
-  exhaustion       live tensors (or the request itself) need more than the device holds
-  fragmentation    enough memory is cached but unallocated (with what the device has free), yet no free
-                   block is large enough
+  exhaustion       live tensors (or the request itself) need more than the device holds, or what a
+                   defragmented cache and the device could give exceeds the request by no more than
+                   DEFRAG_MARGIN (the CUDA context and page rounding eat that much)
+  fragmentation    cached but unallocated memory plus what the device has free exceeds the request by more
+                   than DEFRAG_MARGIN, yet no free block is large enough
   outside_pytorch  a large share of the device is used outside PyTorch's allocator
   capacity_cap     the device had the memory, but a cap (memory fraction, MIG/MPS, the driver) refused it
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from fragviz.allocator.config import parse_alloc_conf
 from fragviz.analysis import Analysis
+from fragviz.doctor.advice import advice
+from fragviz.doctor.facts import DEFRAG_MARGIN, OomFacts
+from fragviz.doctor.inforce import InForce, in_force_of_snapshot, in_force_of_text
+from fragviz.doctor.message import OomMessage, find_messages, parse_message
+from fragviz.doctor.pools import oom_notes, request_pool_at
+from fragviz.doctor.together import read_together
+from fragviz.doctor.whatifs import cannot_answer, what_if_entries
 from fragviz.metrics import state_figures
 from fragviz.model import OOM
-from fragviz.doctor.message import OomMessage, find_messages, parse_message
-from fragviz.doctor.pools import oom_notes
-from fragviz.simulate.whatif import recorded_capacity, run_free
-from fragviz.units import format_bytes as fb
 
-WHAT_IF_CONFS = ("expandable_segments:True", "max_split_size_mb:512")
+CAP_SLACK = 64 * 1024 * 1024  # device free beyond the request (and a tenth of it) that makes a refusal a cap
 # The keys of one OOM in `fragviz doctor --json`; library callers also get "device" and "event".
 PUBLIC_KEYS = ("verdict", "requested_bytes", "reserved_bytes", "allocated_bytes", "device_total_bytes",
-               "device_free_bytes", "largest_free_block", "advice", "what_if")
-
-
-@dataclass
-class OomFacts:
-    requested: int | None
-    reserved: int | None = None
-    allocated: int | None = None
-    total: int | None = None
-    free: int | None = None
-    largest_free_block: int | None = None
-    allowed: int | None = None
-    other_processes: list[int] = field(default_factory=list)
-    era: str = "2.1+"
-    device: int | None = None
-    event: int | None = None
-
-    @property
-    def cached_free(self) -> int | None:
-        if self.reserved is None or self.allocated is None:
-            return None
-        return max(0, self.reserved - self.allocated)
-
-    @property
-    def outside(self) -> int | None:
-        if self.total is None or self.free is None or self.reserved is None:
-            return None
-        return max(0, self.total - self.free - self.reserved)
+               "device_free_bytes", "largest_free_block", "advice", "what_if", "warnings", "notes")
 
 
 def verdict_of(f: OomFacts) -> str:
     """The cause, in this order: an impossible request, a cap, memory held outside PyTorch, fragmentation,
     exhaustion. `slack` keeps a device "free" figure a little above the request (page granularity, the
-    driver's own needs) from counting as room."""
+    driver's own needs) from counting as room; fragmentation needs DEFRAG_MARGIN of room after the request."""
     q, free, cached, outside = f.requested, f.free, f.cached_free, f.outside
     if q is None:
         return "outside_pytorch" if f.era == "driver" else "exhaustion"
-    slack = max(64 * 1024 * 1024, q // 10)
+    slack = max(CAP_SLACK, q // 10)
     if f.total is not None and q > f.total:
         return "exhaustion"
     if f.allowed is not None and f.reserved is not None and f.reserved + q > f.allowed:
@@ -72,94 +48,21 @@ def verdict_of(f: OomFacts) -> str:
     if (outside is not None and outside >= 0.1 * f.total and outside > (cached or 0)
             and outside + (free or 0) + (cached or 0) >= q):
         return "outside_pytorch"
-    if cached is not None and (cached >= q or (free is not None and cached >= slack and cached + free >= q)):
+    if cached is not None and f.defrag_room > DEFRAG_MARGIN:
         return "fragmentation"
     return "exhaustion"
 
 
-def _advice(verdict: str, f: OomFacts, what_ifs: list[dict[str, Any]]) -> list[str]:
-    helps = {w["alloc_conf"]: w["avoids_oom"] for w in what_ifs if w["alloc_conf"] != "recorded settings"}
-    out = {"exhaustion": _exhaustion, "fragmentation": _fragmentation, "outside_pytorch": _outside,
-           "capacity_cap": _cap}[verdict](f, helps)
-    if any(w["alloc_conf"] == "recorded settings" and w["avoids_oom"] for w in what_ifs):
-        out.append("Note: simulated under the recorded settings this workload does not run out of memory, so the "
-                   "what-if figures are indicative only (the device size is estimated from the OOM itself).")
-    return out
-
-
-def _exhaustion(f: OomFacts, helps: dict[str, bool]) -> list[str]:
-    if f.requested is None:
-        return ["This message carries no figures (PyTorch before 1.0): fragviz cannot tell exhaustion from "
-                "fragmentation. Record a snapshot with a current PyTorch to know more.",
-                "Reduce the batch size, or use activation checkpointing or mixed precision."]
-    out = []
-    if f.total is not None and f.requested > f.total:
-        out.append(f"The request alone ({fb(f.requested)}) is larger than the whole device ({fb(f.total)}): no "
-                   "setting can place it. Split the computation (chunk the batch, the sequence or the attention).")
-    elif f.allocated is not None:
-        out.append(f"Live tensors hold {fb(f.allocated)}"
-                   + (f" of {fb(f.reserved)} reserved" if f.reserved is not None else "")
-                   + f", and {fb(f.requested)} more was needed: the job needs more memory than the device gives it.")
-    out.append("Reduce the batch size or sequence length, use activation checkpointing (torch.utils.checkpoint), "
-               "mixed precision (bf16), or shard parameters and optimizer state (FSDP, ZeRO).")
-    for conf, ok in helps.items():
-        if not ok:
-            out.append(f"{conf} would not help: simulated on this trace, the run still runs out of memory.")
-    return out
-
-
-def _fragmentation(f: OomFacts, helps: dict[str, bool]) -> list[str]:
-    largest = f" (the largest free block is {fb(f.largest_free_block)})" if f.largest_free_block is not None else ""
-    out = [f"{fb(f.cached_free)} is reserved by PyTorch but unallocated"
-           + (f" and the device has {fb(f.free)} free" if f.free else "")
-           + f", enough for the {fb(f.requested)} requested, yet no free block is large enough{largest}: "
-           "the cached memory is fragmented."]
-    if helps.get("expandable_segments:True", True):
-        out.append("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one growing segment per stream replaces "
-                   "separate cudaMallocs, so freed memory merges instead of staying in slivers.")
-    else:
-        out.append("expandable_segments:True would not help here: simulated on this trace, it still runs out.")
-    if helps.get("max_split_size_mb:512", True):
-        out.append("Or set max_split_size_mb (for example 512) so that small requests do not split large cached blocks.")
-    out.append("Keep tensor sizes steady (pad variable sequence lengths to a few buckets) so freed blocks fit the "
-               "next requests. torch.cuda.empty_cache() does not help: the allocator already released every whole "
-               "free segment before it gave up.")
-    return out
-
-
-def _outside(f: OomFacts, helps: dict[str, bool]) -> list[str]:
-    if f.requested is None:
-        return ["The failure came from a CUDA call outside the caching allocator (a kernel launch, a library "
-                "handle or its workspace, NCCL), not from a tensor allocation.",
-                "Check what else uses the GPU (nvidia-smi), and leave headroom: reserve less for tensors "
-                "(torch.cuda.set_per_process_memory_fraction) or shrink the batch."]
-    out = [f"{fb(f.outside)} of the {fb(f.total)} device is used outside PyTorch's allocator (CUDA context, NCCL "
-           "buffers, cuBLAS/cuDNN workspaces, other processes), more than the request needed."]
-    if f.other_processes:
-        listed = ", ".join(fb(p) for p in f.other_processes)
-        out.append(f"Other processes on GPU {f.device if f.device is not None else ''} hold {listed}: stop them or "
-                   "move them to another GPU (nvidia-smi lists them).")
-    out.append("For NCCL lower NCCL_BUFFSIZE or NCCL_MAX_NCHANNELS; for cuBLAS set CUBLAS_WORKSPACE_CONFIG=:4096:8.")
-    return out
-
-
-def _cap(f: OomFacts, helps: dict[str, bool]) -> list[str]:
-    if f.allowed is not None:
-        return [f"A per-process memory fraction caps PyTorch at {fb(f.allowed)}, and {fb(f.reserved)} reserved "
-                f"plus {fb(f.requested)} requested exceeds it. Raise or remove "
-                "torch.cuda.set_per_process_memory_fraction."]
-    return [f"The device reported {fb(f.free)} free, more than the {fb(f.requested)} requested, yet the allocation "
-            "failed: a limit outside PyTorch's figures applied (a memory fraction, MIG or MPS limits, or the "
-            "driver's own accounting, as under Windows WDDM).",
-            "Check torch.cuda.set_per_process_memory_fraction and the GPU's partitioning (nvidia-smi)."]
-
-
-def _diagnosis(f: OomFacts, what_ifs: list[dict[str, Any]]) -> dict[str, Any]:
+def _diagnosis(f: OomFacts, what_ifs: list[dict[str, Any]], in_force: InForce,
+               warnings: list[str] | None = None) -> dict[str, Any]:
+    """One OOM's verdict, figures and advice; `warnings` say what limits the diagnosis, `notes` (filled by
+    `diagnose`) what the state read holds besides."""
     verdict = verdict_of(f)
     return {"verdict": verdict, "requested_bytes": f.requested or 0, "reserved_bytes": f.reserved,
             "allocated_bytes": f.allocated, "device_total_bytes": f.total, "device_free_bytes": f.free,
-            "largest_free_block": f.largest_free_block, "advice": _advice(verdict, f, what_ifs),
-            "what_if": what_ifs, "device": f.device, "event": f.event}
+            "largest_free_block": f.largest_free_block, "advice": advice(verdict, f, what_ifs, in_force),
+            "what_if": what_ifs, "warnings": list(warnings or []), "notes": [], "device": f.device,
+            "event": f.event}
 
 
 def facts_from_message(msg: OomMessage) -> OomFacts:
@@ -169,59 +72,67 @@ def facts_from_message(msg: OomMessage) -> OomFacts:
 
 def diagnose_message(text: str) -> list[dict[str, Any]]:
     """Every OOM message in `text`, diagnosed from its own figures."""
+    in_force = in_force_of_text(text)
     out = []
     for line in find_messages(text):
         msg = parse_message(line)
         if msg is not None:
-            out.append(_diagnosis(facts_from_message(msg), []))
+            out.append(_diagnosis(facts_from_message(msg), [], in_force))
     return out
 
 
 def diagnose(analysis: Analysis, message: str | None = None, simulate: bool = True) -> list[dict[str, Any]]:
     """Every OOM a snapshot records (its `oom` trace entries), and the one a pasted message describes."""
-    out = []
+    in_force = in_force_of_snapshot(analysis)
+    out, what_ifs = [], {}
     for device, replay in analysis.replays.items():
         hits = (replay.trace.action == OOM).nonzero()[0].tolist()
-        what_ifs = _what_ifs(analysis, device) if hits and simulate else []
+        what_ifs[device] = what_if_entries(analysis, device, in_force) if hits and simulate else []
         for k in hits:
-            out.append(_diagnosis(_facts_at(analysis, device, k), what_ifs))
+            out.append(_diagnosis(_facts_at(analysis, device, k), what_ifs[device], in_force))
     if message:
         parsed = (parse_message(line) for line in find_messages(message))
-        out.extend(_with_end_state(analysis, msg) for msg in parsed if msg is not None)
+        out.extend(_with_snapshot(analysis, msg, message, what_ifs, simulate) for msg in parsed if msg is not None)
     for oom in out:
-        oom["notes"] = oom_notes(analysis, oom)  # private pools and pending frees of the state read
+        oom["notes"] += oom_notes(analysis, oom)  # private pools and pending frees of the state read
     return out
 
 
 def _facts_at(analysis: Analysis, device: int, k: int) -> OomFacts:
     replay = analysis.replays[device]
     s = replay.series
-    return OomFacts(int(replay.trace.size[k]), int(s["reserved"][k]), int(s["allocated"][k]), None,
-                    int(replay.trace.addr[k]), int(s["largest_gap"][k]), None, [], "trace", device, k)
+    facts = OomFacts(int(replay.trace.size[k]), int(s["reserved"][k]), int(s["allocated"][k]), None,
+                     int(replay.trace.addr[k]), int(s["largest_gap"][k]), None, [], "trace", device, k)
+    pool = request_pool_at(analysis, device, k)  # a general request cannot use private pools' free memory
+    if pool is not None:
+        facts.pool_free, facts.largest_free_block = pool.free_bytes, pool.largest_free_block
+    return facts
 
 
-def _with_end_state(analysis: Analysis, msg: OomMessage) -> dict[str, Any]:
+def _with_snapshot(analysis: Analysis, msg: OomMessage, text: str, what_ifs: dict[int, list[dict[str, Any]]],
+                   simulate: bool) -> dict[str, Any]:
+    """The message with the snapshot's figures where both can be the same run; alone, and saying why, where not."""
     facts = facts_from_message(msg)
-    device = msg.device if msg.device in analysis.replays else next(iter(analysis.replays), None)
-    if device is not None:
-        fig = state_figures(analysis.snapshot.segments_of(device))
-        facts.largest_free_block = fig.largest_free_block
-        facts.reserved = facts.reserved if facts.reserved is not None else fig.reserved_bytes
-        facts.allocated = facts.allocated if facts.allocated is not None else fig.allocated_bytes
-        facts.device = device
-    return _diagnosis(facts, [])
-
-
-def _what_ifs(analysis: Analysis, device: int) -> list[dict[str, Any]]:
-    capacity = recorded_capacity(analysis, device)
-    runs = [("recorded settings", analysis.settings)] + [(c, parse_alloc_conf(c)) for c in WHAT_IF_CONFS]
-    out = []
-    for label, settings in runs:
-        result = run_free(analysis, device, settings, capacity)
-        peak = result.allocator.peaks.reserved
-        ok = result.oom_count == 0
-        summary = (f"with {label} peak reserved would have been {fb(peak)} of {fb(capacity)}: "
-                   + ("no OOM" if ok else f"{result.oom_count} OOM(s), the first at event {result.ooms[0]['event']}"))
-        out.append({"alloc_conf": label, "device_memory_bytes": capacity, "peak_reserved_bytes": peak,
-                    "ooms": result.oom_count, "avoids_oom": ok, "summary": summary})
-    return out
+    together = read_together(analysis, msg)
+    if not together.same_run:
+        note = ("The message and the snapshot cannot be the same run: " + "; ".join(together.conflicts)
+                + ". The message is diagnosed from its own figures; the snapshot's are not used.")
+        return _diagnosis(facts, [], in_force_of_text(text), [note])
+    in_force = in_force_of_snapshot(analysis)
+    in_force = in_force if in_force.source else in_force_of_text(text)
+    device = together.device
+    if device is None:
+        return _diagnosis(facts, [], in_force)
+    facts.device = device
+    if together.oom_event is not None:
+        # the snapshot records this very OOM: its state then gives the largest free block, its trace the what-ifs
+        facts.largest_free_block = _facts_at(analysis, device, together.oom_event).largest_free_block
+        return _diagnosis(facts, what_ifs.get(device, []), in_force)
+    fig = state_figures(analysis.snapshot.segments_of(device))
+    facts.largest_free_block = fig.largest_free_block
+    facts.reserved = facts.reserved if facts.reserved is not None else fig.reserved_bytes
+    facts.allocated = facts.allocated if facts.allocated is not None else fig.allocated_bytes
+    note = ("The largest free block is the snapshot's final state's: the trace records no OOM, so the state at "
+            "the moment of the message is not known.")
+    entries = cannot_answer(analysis, device, in_force) if simulate else []
+    return _diagnosis(facts, entries, in_force, [note])

@@ -18,6 +18,7 @@ from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import load_segments
 from fragviz.metrics import fragmentation
 from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, Segment, Trace)
+from fragviz.simulate.series import RunSeries
 
 MAX_OOMS = 1000
 
@@ -41,6 +42,7 @@ class FreeRunResult:
     allocator: DeviceAllocator
     ooms: list[dict[str, int]] = field(default_factory=list)
     oom_count: int = 0
+    series: RunSeries | None = None  # with free_run(series_points=...): what a what-if draws
 
     def summary(self) -> dict[str, Any]:
         a = self.allocator
@@ -118,10 +120,12 @@ def recorded_device_allocations(trace: Trace) -> dict[int, list[tuple[int, int]]
 
 def free_run(trace: Trace, start: list[Segment], settings: AllocatorSettings, capacity: int | None,
              reserved: list[int] | None = None, record: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> FreeRunResult:
+             progress: Callable[[int, int], None] | None = None, series_points: int | None = None) -> FreeRunResult:
     """Replay the workload of `trace` from the `start` state under `settings` on a device of `capacity` bytes.
 
     `reserved` is the recorded reserved bytes after each event (the replay's series), used to read the trace.
+    With `series_points`, the result's `series` holds reserved bytes and fragmentation after every event, in at
+    most that many buckets.
     """
     alloc = DeviceAllocator(settings, capacity, trace.device, record=record)
     alloc.reservations = ReservationPlan.infer(trace, start)  # where the recorded driver put them
@@ -130,6 +134,9 @@ def free_run(trace: Trace, start: list[Segment], settings: AllocatorSettings, ca
     result = FreeRunResult(trace.device, settings, capacity, alloc)
     live: dict[Any, Block] = {(b.addr, 0): b for b in alloc.active.values()}
     n = len(trace)
+    if series_points:
+        result.series = RunSeries(n, series_points)
+        result.series.observe(0, alloc)
     for count, op in enumerate(workload(trace, reserved, capacity)):
         alloc.event = op.event
         if progress is not None and count % 5000 == 0:
@@ -154,6 +161,8 @@ def free_run(trace: Trace, start: list[Segment], settings: AllocatorSettings, ca
             alloc.empty_cache()
         elif op.kind == "oom_request":
             _retry_recorded_oom(alloc, result, op)
+        if result.series is not None:
+            result.series.observe(op.event + 1, alloc)
     return result
 
 

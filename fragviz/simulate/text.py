@@ -4,7 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 from fragviz.analysis import Analysis
+from fragviz.simulate.whatif import CANNOT_ANSWER, UNKNOWN
 from fragviz.units import format_bytes
+
+_MEMORY_SOURCES = {"given": "as given", "the first recorded OOM": "reserved + device free at the first recorded OOM"}
 
 
 def _pct(a: int, b: int) -> str:
@@ -14,6 +17,9 @@ def _pct(a: int, b: int) -> str:
 def follow_text(analysis: Analysis, result: dict[str, Any]) -> str:
     lines = [f"{analysis.snapshot.source}: follow mode (predict each recorded malloc, then continue from the truth)"]
     for d in result["devices"]:
+        if not d["alloc_events"]:
+            lines.append(f"device {d['device']}: the trace holds no alloc event: nothing to follow")
+            continue
         lines.append(f"device {d['device']}: alloc addresses {_pct(d['alloc_address_matches'], d['alloc_events'])}, "
                      f"device allocations {_pct(d['segment_allocs_matched'], d['segment_allocs_recorded'])} "
                      f"(predicted {d['segment_allocs_predicted']}), final state "
@@ -23,18 +29,45 @@ def follow_text(analysis: Analysis, result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _run_line(label: str, run: dict[str, Any]) -> str:
+def ooms_text(ooms: list[dict[str, Any]], known: bool = True) -> str:
+    """"no OOM" only where the device size is known; otherwise that OOMs were not simulated."""
+    if ooms:
+        first = ooms[0]
+        return (f"{len(ooms)} OOM(s), the first at event {first['event']} "
+                f"({format_bytes(first['requested_bytes'])} requested)")
+    return "no OOM" if known else "OOMs not simulated (device size unknown)"
+
+
+def run_line(label: str, run: dict[str, Any], known: bool = True) -> str:
     capacity = run["settings"].get("device_memory_bytes")
-    oom = f"{len(run['ooms'])} OOM(s)" if run["ooms"] else "no OOM"
     of = f" of {format_bytes(capacity)}" if capacity else ""
-    return (f"  {label:<28} peak reserved {format_bytes(run['peak_reserved_bytes'])}{of}, peak allocated "
-            f"{format_bytes(run['peak_allocated_bytes'])}, final fragmentation {run['final_fragmentation']:.1%}: {oom}")
+    return (f"  {label:<34} peak reserved {format_bytes(run['peak_reserved_bytes'])}{of}, peak requested "
+            f"{format_bytes(run['peak_requested_bytes'])}, peak allocated {format_bytes(run['peak_allocated_bytes'])}, "
+            f"final fragmentation {run['final_fragmentation']:.1%}: {ooms_text(run['ooms'], known)}")
+
+
+def memory_line(memory: dict[str, Any]) -> str:
+    if memory["bytes"] is None:
+        return "device size unknown (pass --device-memory SIZE to ask about OOMs)"
+    return f"device size {format_bytes(memory['bytes'])} ({_MEMORY_SOURCES.get(memory['source'], memory['source'])})"
+
+
+def device_what_if_lines(d: dict[str, Any]) -> list[str]:
+    """One device's what-if: a refusal, or the recording and the simulations side by side, then the claim."""
+    if d["status"] == CANNOT_ANSWER:
+        return [f"device {d['device']}: cannot simulate: {d['reason']}"]
+    known = d["device_memory"]["bytes"] is not None
+    lines = [f"device {d['device']}: {memory_line(d['device_memory'])}",
+             run_line("recorded", d["recorded"]),
+             run_line("simulated, recorded settings", d["baseline"], known),
+             run_line(f"simulated, {d['alloc_conf']}", d, known)]
+    lines.append(("  cannot tell: " if d["outcome"] == UNKNOWN else "  => ") + d["claim"])
+    lines.extend(f"  note: {n}" for n in d["start"]["notes"])
+    return lines
 
 
 def what_if_text(analysis: Analysis, conf: str, result: dict[str, Any]) -> str:
-    lines = [f"{analysis.snapshot.source}: free-run of the recorded workload"]
+    lines = [f"{analysis.snapshot.source}: free-run of the recorded workload under {conf or 'the default settings'}"]
     for d in result["devices"]:
-        lines.append(f"device {d['device']}")
-        lines.append(_run_line("recorded settings", d["recorded"]))
-        lines.append(_run_line(conf, d))
+        lines.extend(device_what_if_lines(d))
     return "\n".join(lines)

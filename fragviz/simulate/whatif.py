@@ -1,13 +1,76 @@
-"""What-ifs: the recorded workload free-run under other settings or on another device size."""
+"""What-ifs: the recorded workload free-run under other settings or on another device size, next to the
+recording, and honest about what the simulation can tell.
+
+A what-if says what it did not compute: a device without a trace (or without one `alloc`) has no workload
+and gets a refusal with the reason; a trace that starts mid-run is simulated from the reconstructed start,
+and the answer says that start is inherited and what that limits; a claim about OOMs ("avoids the OOM",
+"would not help", "no OOM") needs a known device size and, where the recording ran out of memory, a model
+that runs out of memory too under the recorded settings.
+"""
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
 from fragviz.allocator.state import snapshot_dict
-from fragviz.analysis import Analysis
-from fragviz.model import OOM
+from fragviz.analysis import Analysis, trace_totals
+from fragviz.errors import FragvizError
+from fragviz.metrics import state_figures
+from fragviz.model import ALLOC, OOM
 from fragviz.simulate.freerun import FreeRunResult, free_run
+from fragviz.units import format_bytes as fb
+
+SIMULATED, CANNOT_ANSWER = "simulated", "cannot_answer"
+# Outcomes of a simulated what-if; only the first three are claims about OOMs.
+AVOIDS_OOM, STILL_OOMS, NO_OOM, UNKNOWN = "avoids_oom", "still_ooms", "no_oom", "unknown"
+Progress = Callable[[float], None]  # the share of the work done, 0 to 1
+
+
+class NothingToSimulate(FragvizError):
+    """No device of the snapshot has a workload to replay."""
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    bytes: int | None
+    source: str  # how the size is known: "given", "the first recorded OOM", or "unknown"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"bytes": self.bytes, "source": self.source}
+
+
+@dataclass
+class DeviceWhatIf:
+    """One device under one setting: refused with a reason, or simulated next to the recording."""
+
+    device: int
+    label: str
+    reason: str | None = None  # why it cannot answer; None when simulated
+    given: FreeRunResult | None = None
+    baseline: FreeRunResult | None = None  # the same workload under the recorded settings
+    recorded: dict[str, Any] | None = None
+    start: dict[str, Any] | None = None
+    memory: DeviceMemory | None = None
+    outcome: str | None = None
+    claim: str | None = None
+
+    @property
+    def status(self) -> str:
+        return CANNOT_ANSWER if self.reason is not None else SIMULATED
+
+    @property
+    def avoids_oom(self) -> bool | None:
+        """True or False only where the simulation can say; None where it cannot."""
+        return {AVOIDS_OOM: True, STILL_OOMS: False}.get(self.outcome or "")
+
+    def as_dict(self) -> dict[str, Any]:
+        head = {"device": self.device, "mode": "free-run", "status": self.status, "alloc_conf": self.label}
+        if self.reason is not None:
+            return {**head, "reason": self.reason}
+        return {**head, **self.given.summary(), "recorded": self.recorded, "baseline": self.baseline.summary(),
+                "device_memory": self.memory.as_dict(), "start": self.start, "outcome": self.outcome,
+                "claim": self.claim}
 
 
 def recorded_capacity(analysis: Analysis, device: int) -> int | None:
@@ -20,23 +83,135 @@ def recorded_capacity(analysis: Analysis, device: int) -> int | None:
     return int(replay.series["reserved"][k]) + int(replay.trace.addr[k])
 
 
+def device_memory(analysis: Analysis, device: int, given: int | None) -> DeviceMemory:
+    if given is not None:
+        return DeviceMemory(given, "given")
+    found = recorded_capacity(analysis, device)
+    return DeviceMemory(found, "the first recorded OOM" if found is not None else "unknown")
+
+
+def refusal(analysis: Analysis, device: int) -> str | None:
+    """Why the device's trace holds nothing to simulate, or None when it holds a workload."""
+    trace = analysis.replays[device].trace
+    return refusal_for(device, len(trace), int((trace.action == ALLOC).sum()))
+
+
+def refusal_for(device: int, events: int, allocs: int) -> str | None:
+    """`refusal` from the counts alone (a stored snapshot's summary has them)."""
+    if not events:
+        return (f"device {device} has no trace (memory history was off when the snapshot was taken), so there is "
+                "no workload to replay: record one with torch.cuda.memory._record_memory_history() before the "
+                "steps of interest")
+    if not allocs:
+        return f"device {device}'s trace holds {events} events but no alloc, so there is no workload to replay"
+    return None
+
+
 def run_free(analysis: Analysis, device: int, settings: AllocatorSettings, capacity: int | None,
-             record: bool = False, progress=None) -> FreeRunResult:
+             record: bool = False, progress=None, series_points: int | None = None) -> FreeRunResult:
     replay = analysis.replays[device]
     return free_run(replay.trace, replay.segments_at(0), settings, capacity, replay.series["reserved"].tolist(),
-                    record=record, progress=progress)
+                    record=record, progress=progress, series_points=series_points)
+
+
+def recorded_run(analysis: Analysis, device: int, memory: DeviceMemory) -> dict[str, Any]:
+    """The recording's own figures, in the keys of a free-run's summary."""
+    replay = analysis.replays[device]
+    s, trace = replay.series, replay.trace
+    totals = trace_totals(analysis.snapshot, device)
+    hits = (trace.action == OOM).nonzero()[0].tolist()
+    ooms = [{"event": k, "requested_bytes": int(trace.size[k]), "reserved_bytes": int(s["reserved"][k]),
+             "largest_free_block": int(s["largest_gap"][k])} for k in hits]
+    return {"settings": {**analysis.settings.as_dict(), "device_memory_bytes": memory.bytes},
+            "peak_reserved_bytes": totals.peak_reserved, "peak_allocated_bytes": int(s["allocated"].max()),
+            "peak_requested_bytes": totals.peak_requested,
+            "final_fragmentation": state_figures(analysis.snapshot.segments_of(device)).fragmentation,
+            "ooms": ooms}
+
+
+def start_state(analysis: Analysis, device: int) -> dict[str, Any]:
+    """What the simulation inherits at the start of the trace, and which part of the answer that limits."""
+    replay = analysis.replays[device]
+    segments, blocks = replay.pre_trace_segments, replay.pre_trace_blocks
+    reserved, allocated = int(replay.series["reserved"][0]), int(replay.series["allocated"][0])
+    disagreements = [w.split(": ", 1)[-1] for w in replay.warnings + list(trace_totals(analysis.snapshot, device).warnings)]
+    notes = []
+    if segments or blocks:
+        notes.append(f"The trace starts mid-run: {segments} segments ({fb(reserved)} reserved) and {blocks} live "
+                     f"blocks ({fb(allocated)}) predate its first event. The simulation starts from them as recorded: "
+                     "their placement is as recorded, not as the simulated settings would have laid it out, and the "
+                     "peaks and OOMs are those of the traced part of the run only.")
+    if disagreements:
+        notes.append(f"The trace and the final state disagree ({disagreements[0]}), so the start is reconstructed "
+                     "only as far as the trace tells: memory the trace does not explain is missing from the "
+                     "simulation, and its figures may be low.")
+    return {"inherited": bool(segments or blocks), "reserved_bytes": reserved, "allocated_bytes": allocated,
+            "segments": segments, "blocks": blocks, "consistent": not disagreements, "notes": notes}
+
+
+def judge(label: str, recorded: dict[str, Any], baseline: FreeRunResult, given: FreeRunResult,
+          memory: DeviceMemory) -> tuple[str, str]:
+    """The outcome and the sentence that says it, claiming only what the simulation covered."""
+    if memory.bytes is None:
+        return UNKNOWN, ("the device size is unknown (the trace records no OOM, and no device memory was given), so "
+                         "the simulation assumed an unlimited device and cannot tell whether any run runs out of memory")
+    first = recorded["ooms"][0] if recorded["ooms"] else None
+    if first is not None and not baseline.oom_count:
+        return UNKNOWN, (f"the model does not reproduce the recorded OOM (event {first['event']}) under the recorded "
+                         f"settings, so it cannot tell whether {label} would avoid it")
+    if given.oom_count:
+        at = f"{given.oom_count} OOM(s), the first at event {given.ooms[0]['event']}"
+        if first is not None:
+            return STILL_OOMS, f"{label} would not help: simulated, the run still runs out of memory ({at})"
+        return STILL_OOMS, f"with {label} the run runs out of memory on a device of {fb(memory.bytes)} ({at})"
+    if first is not None:
+        return AVOIDS_OOM, (f"{label} avoids the recorded OOM: simulated on {fb(memory.bytes)}, no OOM (the model "
+                            "reproduces the recorded one under the recorded settings)")
+    return NO_OOM, f"with {label} the run fits a device of {fb(memory.bytes)}: no OOM"
+
+
+def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, AllocatorSettings]],
+                    given_memory: int | None = None, series_points: int | None = None,
+                    progress: Progress | None = None) -> list[DeviceWhatIf]:
+    """Each of `runs` (label, settings) on one device, next to the recording and the recorded settings' run."""
+    reason = refusal(analysis, device)
+    if reason is not None:
+        return [DeviceWhatIf(device, label, reason) for label, _ in runs]
+    memory = device_memory(analysis, device, given_memory)
+    recorded, start = recorded_run(analysis, device, memory), start_state(analysis, device)
+    steps = len(runs) + 1
+    baseline = run_free(analysis, device, analysis.settings, memory.bytes, progress=_part(progress, 0, steps))
+    out = []
+    for i, (label, settings) in enumerate(runs, 1):
+        given = run_free(analysis, device, settings, memory.bytes, progress=_part(progress, i, steps),
+                         series_points=series_points)
+        outcome, claim = judge(label, recorded, baseline, given, memory)
+        out.append(DeviceWhatIf(device, label, None, given, baseline, recorded, start, memory, outcome, claim))
+    return out
+
+
+def _part(progress: Progress | None, i: int, steps: int):
+    if progress is None:
+        return None
+    return lambda done, total: progress((i + done / max(1, total)) / steps)
 
 
 def what_if(analysis: Analysis, conf: str, device_memory: int | None = None) -> dict[str, Any]:
-    """Free-run every device under `conf` and under the recorded settings: the `--alloc-conf` JSON object."""
+    """Free-run every device under `conf`, next to the recording: the `--alloc-conf` JSON object.
+
+    Raises NothingToSimulate when no device has a workload (the reasons, one per device, in one line)."""
     settings = parse_alloc_conf(conf)
-    devices = []
-    for device in analysis.replays:
-        capacity = device_memory if device_memory is not None else recorded_capacity(analysis, device)
-        given = run_free(analysis, device, settings, capacity).summary()
-        recorded = run_free(analysis, device, analysis.settings, capacity).summary()
-        devices.append({"device": device, "mode": "free-run", **given, "recorded": recorded})
-    return {"devices": devices}
+    results = [r for device in analysis.replays
+               for r in simulate_device(analysis, device, [(conf, settings)], device_memory)]
+    if all(r.reason is not None for r in results):
+        raise NothingToSimulate(nothing_to_simulate(analysis, results))
+    return {"devices": [r.as_dict() for r in results]}
+
+
+def nothing_to_simulate(analysis: Analysis, results: list[DeviceWhatIf]) -> str:
+    if not results:
+        return f"{analysis.snapshot.source}: cannot simulate: the snapshot holds no device (it is empty)"
+    return f"{analysis.snapshot.source}: cannot simulate: " + "; ".join(r.reason for r in results)
 
 
 def simulated_snapshot(analysis: Analysis, conf: str, device_memory: int | None = None) -> dict[str, Any]:
@@ -44,9 +219,17 @@ def simulated_snapshot(analysis: Analysis, conf: str, device_memory: int | None 
     settings = parse_alloc_conf(conf)
     allocators = []
     for device in analysis.replays:
-        capacity = device_memory if device_memory is not None else recorded_capacity(analysis, device)
-        allocators.append(run_free(analysis, device, settings, capacity, record=True).allocator)
+        if refusal(analysis, device) is None:
+            capacity = device_memory if device_memory is not None else recorded_capacity(analysis, device)
+            allocators.append(run_free(analysis, device, settings, capacity, record=True).allocator)
     snap = analysis.snapshot
     provenance = {"origin": "simulated", "source": snap.source, "alloc_conf": conf, "device_memory_bytes": device_memory,
                   "mode": "free-run"}
     return snapshot_dict(allocators, snap.frames, snap.stacks, provenance)
+
+
+def nothing_to_follow(analysis: Analysis) -> str:
+    reasons = [r for r in (refusal(analysis, d) for d in analysis.replays) if r is not None]
+    if not reasons:
+        return f"{analysis.snapshot.source}: nothing to follow: the snapshot holds no device (it is empty)"
+    return f"{analysis.snapshot.source}: nothing to follow: " + "; ".join(reasons)

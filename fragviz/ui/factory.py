@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dash
 from dash import Input, Output, State, dcc, html
@@ -16,6 +16,7 @@ from fragviz.ui import ids
 from fragviz.ui.api import Writer, install_api
 from fragviz.ui.data import Views
 from fragviz.ui.guard import Door, install_guard
+from fragviz.ui.jobs import JobRunner
 from fragviz.ui.pages import compare, doctor, library, live, snapshot, whatif
 from fragviz.ui.pages.common import error_panel, header
 
@@ -28,6 +29,7 @@ class AppContext:
     writer: Writer
     views: Views
     live: LiveManager
+    jobs: JobRunner = field(default_factory=JobRunner)  # the what-if page's simulations, this app's own
 
 
 def create_app(db_path: str, token: str | None = None, samples: str | None = None, host: str = "127.0.0.1",

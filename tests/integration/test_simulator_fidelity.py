@@ -72,7 +72,9 @@ def test_free_run_from_an_empty_device(analyses):
 def test_what_if_on_a_device_too_small(analyses):
     analysis = analyses["cs336kk_ctx128_fullstep"]
     (d,) = what_if(analysis, "expandable_segments:True", device_memory=40 * 1024**3)["devices"]
-    assert d["ooms"] and d["recorded"]["ooms"]
+    # "recorded" is the recording (no OOM on its real device); "baseline" the recorded settings on 40 GiB
+    assert d["ooms"] and d["baseline"]["ooms"] and d["recorded"]["ooms"] == []
+    assert d["outcome"] == "still_ooms" and d["device_memory"] == {"bytes": 40 * 1024**3, "source": "given"}
     first = d["ooms"][0]
     assert first["reserved_bytes"] <= 40 * 1024**3 and first["requested_bytes"] > 0
 
@@ -80,7 +82,8 @@ def test_what_if_on_a_device_too_small(analyses):
 def test_the_fragmentation_sample_is_saved_by_expandable_segments():
     analysis = analyze(load_snapshot(os.path.join(SAMPLES, "gpt_train_fragmentation_oom.pickle.gz")))
     (d,) = what_if(analysis, "expandable_segments:True")["devices"]
-    assert len(d["recorded"]["ooms"]) == 1 and d["ooms"] == []
+    assert len(d["recorded"]["ooms"]) == 1 and len(d["baseline"]["ooms"]) == 1 and d["ooms"] == []
+    assert d["outcome"] == "avoids_oom"
     capacity = d["settings"]["device_memory_bytes"]
     assert capacity == 1024**3 and d["peak_reserved_bytes"] <= capacity
 
@@ -112,7 +115,9 @@ def test_simulate_command_json_shapes(tmp_path):
     (d,) = json.loads(out.stdout)["devices"]
     keys = {"settings", "peak_reserved_bytes", "peak_allocated_bytes", "peak_requested_bytes", "final_fragmentation",
             "ooms"}
-    assert set(d) == {"device", "mode", "recorded"} | keys and set(d["recorded"]) == keys
+    what_if_keys = {"device", "mode", "status", "alloc_conf", "recorded", "baseline", "device_memory", "start",
+                    "outcome", "claim"}
+    assert set(d) == what_if_keys | keys and set(d["recorded"]) == keys and set(d["baseline"]) == keys
     assert d["settings"]["max_split_size"] == 128 * 1024**2 and d["settings"]["device_memory_bytes"] == 80 * 1024**3
     report = json.loads(subprocess.run([FRAGVIZ, "report", str(sim_file), "--json"], capture_output=True,
                                        text=True).stdout)

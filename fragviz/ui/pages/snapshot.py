@@ -174,6 +174,7 @@ def _verdicts(ooms: list[dict]) -> html.Div:
         out.append(html.Div(className=f"fv-verdict fv-{o['verdict']}", children=[
             html.H4(f"{titles[o['verdict']]}" + (f" at event {o['event']}" if o.get("event") is not None else "")),
             html.Dl([c for k, v in figs for c in (html.Dt(k.replace("_bytes", "").replace("_", " ")), html.Dd(fb(v)))]),
+            html.Ul([html.Li(w) for w in o["warnings"]], className="fv-warnings") if o.get("warnings") else None,
             html.Ul([html.Li(a) for a in o["advice"]]),
             html.Ul([html.Li(t) for t in o["notes"]], className="fv-notes") if o.get("notes") else None,
             html.Ul([html.Li(w["summary"]) for w in o["what_if"]], className="fv-whatif") if o["what_if"] else None,

@@ -1,30 +1,24 @@
-"""The what-if page: the recorded workload under other settings and device sizes, simulated in the background."""
+"""The what-if page: the recorded workload under other settings and device sizes, simulated in the background
+(the app's own job runner), drawn from the series the free-run records, next to the recording's figures.
+
+A device whose trace holds no workload gets the reason, and no Simulate button: nothing is drawn that was
+not computed."""
 from __future__ import annotations
 
-import threading
-import uuid
 from typing import Any
 
-import numpy as np
 from dash import Input, Output, State, dcc, html, no_update
 
 from fragviz.allocator.config import parse_alloc_conf
-from fragviz.allocator.state import snapshot_dict
-from fragviz.analysis import analyze
 from fragviz.errors import FragvizError
-from fragviz.lod import per_event, summarise
-from fragviz.model import Snapshot
-from fragviz.simulate import recorded_capacity, run_free
-from fragviz.units import parse_size
-from fragviz.snapshot.loader import RawSnapshot
-from fragviz.snapshot.parse import parse_snapshot
+from fragviz.simulate.whatif import UNKNOWN, refusal_for, simulate_device
 from fragviz.ui import figures, ids
+from fragviz.ui.jobs import Job
 from fragviz.ui.pages.common import card, error_panel, fb, header, query_int
 from fragviz.ui.pages.snapshot import sid_of
+from fragviz.units import parse_size
 
 MAX_POINTS = 2000
-_JOBS: dict[str, dict[str, Any]] = {}
-_LOCK = threading.Lock()
 
 
 def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
@@ -35,10 +29,28 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
         return html.Div([header(), html.Main(className="fv-main", children=[error_panel(str(exc))])])
     device = query_int(search, "device")
     device = device if device in row.devices else (row.devices[0] if row.devices else 0)
-    return html.Div([header(), html.Main(className="fv-main", children=[
-        html.H2(["What if… ", dcc.Link(row.name.rsplit("/", 1)[-1], href=f"/snapshots/{sid}?device={device}")]),
+    title = html.H2(["What if… ", dcc.Link(row.name.rsplit("/", 1)[-1], href=f"/snapshots/{sid}?device={device}")])
+    reason = _refusal(row.summary, device)
+    body = [_cannot(reason)] if reason else _controls(device)
+    return html.Div([header(), html.Main(className="fv-main", children=[title, *body])])
+
+
+def _refusal(summary: dict[str, Any], device: int) -> str | None:
+    found = next((d for d in summary.get("devices", []) if d["device"] == device), None)
+    if found is None:
+        return f"the snapshot holds no device {device}, so there is nothing to simulate"
+    return refusal_for(device, found["trace_events"], found["trace_actions"].get("alloc", 0))
+
+
+def _cannot(reason: str) -> html.Section:
+    return card("Cannot simulate", html.P(["Cannot simulate this snapshot: ", reason, "."], id=ids.WHATIF_STATUS,
+                                          className="fv-cannot"))
+
+
+def _controls(device: int) -> list:
+    return [
         html.P("Replays this trace's requests and frees through fragviz's model of the caching allocator, under the "
-               "settings below, and draws the result over the recorded run.", className="fv-sub"),
+               "settings below, and sets the result beside the recorded run.", className="fv-sub"),
         card("Settings", html.Div(className="fv-controls", children=[
             html.Label(["PYTORCH_CUDA_ALLOC_CONF ", dcc.Input(id=ids.WHATIF_CONF, value="expandable_segments:True",
                                                               className="fv-conf", debounce=False)]),
@@ -49,72 +61,42 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
             dcc.Store(id="whatif-job"), dcc.Store(id="whatif-device", data=device),
             dcc.Interval(id=ids.WHATIF_POLL, interval=400, disabled=True)),
         card("Reserved memory and fragmentation: recorded and simulated", dcc.Graph(id=ids.WHATIF_FIGURE)),
-    ])])
+    ]
 
 
-def _recorded_curve(app_ctx, sid: int, device: int) -> dict[str, Any]:
-    return app_ctx.reader.timeline(sid, device, max_points=MAX_POINTS)
+def _simulate(app_ctx, sid: int, device: int, conf: str, memory: int | None, job: Job) -> tuple[dict, dict | None]:
+    """The work of one job: the what-if as JSON, and the simulated series to draw (None when refused)."""
+    analysis = app_ctx.views.analysis(sid)
+    label = conf or "the default settings"
+    (result,) = simulate_device(analysis, device, [(label, parse_alloc_conf(conf))], memory,
+                                series_points=MAX_POINTS, progress=job.set_progress)
+    curve = result.given.series.arrays() if result.given is not None else None
+    return result.as_dict(), curve
 
 
-def _simulated_curve(analysis, device: int, conf: str, memory: int | None, job: dict) -> tuple[dict, dict]:
-    settings = parse_alloc_conf(conf)
-    capacity = memory if memory is not None else recorded_capacity(analysis, device)
-    n = len(analysis.replays[device].trace)
-
-    def progress(done: int, total: int) -> None:
-        job["progress"] = 0.9 * done / max(1, total)
-
-    result = run_free(analysis, device, settings, capacity, record=True, progress=progress)
-    snap = analysis.snapshot
-    data = snapshot_dict([result.allocator], snap.frames, snap.stacks, {"origin": "simulated", "alloc_conf": conf})
-    events = np.array([e["event"] for e in result.allocator.trace], np.int64)
-    sim = analyze(_parse(data))
-    fig = per_event(sim.replays[device].series) if device in sim.replays else None
-    job["progress"] = 0.97
-    curve = None
-    if fig is not None and len(events):
-        bucket = max(1, len(events) // MAX_POINTS)
-        curve = summarise({k: fig[k] for k in ("reserved", "fragmentation")}, bucket)
-        x = np.concatenate([[0], events + 1])
-        curve["start"] = x[np.minimum(curve["start"], len(x) - 1)]
-    summary = result.summary()
-    summary["events"] = n
-    return curve, summary
+def _ooms(run: dict[str, Any], known: bool) -> str:
+    if run["ooms"]:
+        return f"{len(run['ooms'])} OOM(s), the first at event {run['ooms'][0]['event']}"
+    return "no OOM" if known else "not simulated (device size unknown)"
 
 
-def _parse(data: dict) -> Snapshot:
-    return parse_snapshot(RawSnapshot("simulated", data, "pickle", None, 4, "", 0))
-
-
-def _start(app_ctx, sid: int, device: int, conf: str, memory: int | None) -> str:
-    job_id = uuid.uuid4().hex
-    job: dict[str, Any] = {"progress": 0.0, "done": False, "error": None, "result": None}
-    with _LOCK:
-        _JOBS[job_id] = job
-
-    def work() -> None:
-        try:
-            analysis = app_ctx.views.analysis(sid)
-            curve, summary = _simulated_curve(analysis, device, conf, memory, job)
-            job["result"] = (curve, summary)
-        except FragvizError as exc:
-            job["error"] = str(exc)
-        except Exception as exc:  # shown as a message, never a traceback
-            job["error"] = f"the simulation failed ({type(exc).__name__}: {exc})"
-        finally:
-            job["done"] = True
-
-    threading.Thread(target=work, daemon=True, name=f"whatif-{job_id[:8]}").start()
-    return job_id
-
-
-def _summary_text(summary: dict[str, Any], conf: str) -> html.Div:
-    cap = summary["settings"].get("device_memory_bytes")
-    ooms = summary["ooms"]
-    verdict = f"{len(ooms)} OOM(s), the first at event {ooms[0]['event']}" if ooms else "no OOM"
-    return html.Div([html.Strong(f"{conf}: "), f"peak reserved {fb(summary['peak_reserved_bytes'])}"
-                     + (f" of {fb(cap)}" if cap else "") + f", peak allocated {fb(summary['peak_allocated_bytes'])}, "
-                     f"final fragmentation {summary['final_fragmentation']:.1%}: {verdict}."])
+def _result_panel(d: dict[str, Any]) -> html.Div:
+    """The recording and the simulations side by side, then what the simulation can claim."""
+    if d["status"] != "simulated":
+        return html.Div(["Cannot simulate: ", d["reason"], "."], className="fv-cannot")
+    known = d["device_memory"]["bytes"] is not None
+    rows = [("recorded", d["recorded"], True), ("simulated, recorded settings", d["baseline"], known),
+            (f"simulated, {d['alloc_conf']}", d, known)]
+    table = html.Table(className="fv-whatif-table", children=[
+        html.Thead(html.Tr([html.Th(h) for h in ("run", "peak reserved", "peak requested", "OOMs")])),
+        html.Tbody([html.Tr([html.Td(name), html.Td(fb(r["peak_reserved_bytes"])),
+                             html.Td(fb(r["peak_requested_bytes"])), html.Td(_ooms(r, k))]) for name, r, k in rows])])
+    memory = (f"Device size {fb(d['device_memory']['bytes'])} ({d['device_memory']['source']})." if known else
+              "Device size unknown: give one above to ask about OOMs.")
+    claim = html.P([html.Strong("Cannot tell: " if d["outcome"] == UNKNOWN else "Result: "), d["claim"], "."],
+                   className="fv-claim")
+    notes = [html.P(["Note: ", n], className="fv-note") for n in d["start"]["notes"]]
+    return html.Div([html.P(memory), table, claim, *notes])
 
 
 def register(app, app_ctx) -> None:
@@ -125,26 +107,28 @@ def register(app, app_ctx) -> None:
         try:
             parse_alloc_conf(conf or "")
             capacity = parse_size(memory) if memory else None
+            sid = sid_of(pathname)
+            job = app_ctx.jobs.start(lambda j: _simulate(app_ctx, sid, device, conf or "", capacity, j), "whatif")
         except FragvizError as exc:
             return no_update, True, error_panel(str(exc))
-        job = _start(app_ctx, sid_of(pathname), device, conf or "", capacity)
         return job, False, html.Div([html.Progress(value="0", max="100"), " simulating…"])
 
     @app.callback(Output(ids.WHATIF_STATUS, "children", allow_duplicate=True), Output(ids.WHATIF_FIGURE, "figure"),
                   Output(ids.WHATIF_POLL, "disabled", allow_duplicate=True),
-                  Input(ids.WHATIF_POLL, "n_intervals"), State("whatif-job", "data"), State(ids.WHATIF_CONF, "value"),
+                  Input(ids.WHATIF_POLL, "n_intervals"), State("whatif-job", "data"),
                   State("whatif-device", "data"), State(ids.URL, "pathname"), prevent_initial_call=True)
-    def poll(_, job_id, conf, device, pathname):
-        job = _JOBS.get(job_id or "")
+    def poll(_, job_id, device, pathname):
+        job = app_ctx.jobs.peek(job_id or "")
         if job is None:
             return no_update, no_update, True
-        if not job["done"]:
-            pct = int(100 * job["progress"])
+        if not job.done:
+            pct = int(100 * job.progress)
             return html.Div([html.Progress(value=str(pct), max="100"), f" simulating… {pct}%"]), no_update, False
-        with _LOCK:
-            _JOBS.pop(job_id, None)
-        if job["error"]:
-            return error_panel(job["error"]), no_update, True
-        curve, summary = job["result"]
-        recorded = _recorded_curve(app_ctx, sid_of(pathname), device)
-        return _summary_text(summary, conf), figures.overlay_figure(recorded, curve, conf), True
+        app_ctx.jobs.take(job_id)
+        if job.error:
+            return error_panel(job.error), no_update, True
+        result, curve = job.result
+        if curve is None:
+            return _result_panel(result), no_update, True
+        recorded = app_ctx.reader.timeline(sid_of(pathname), device, max_points=MAX_POINTS)
+        return _result_panel(result), figures.overlay_figure(recorded, curve, result["alloc_conf"]), True

@@ -1,0 +1,60 @@
+"""Which allocator settings were in force at an OOM, as far as the snapshot or the pasted text tells, so the
+doctor never advises a setting that is already on.
+
+PyTorch's own OOM message ends with a hint ("If reserved but unallocated memory is large try setting
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."): the hint is printed whatever the
+settings are, so it is no evidence. Only a setting stated elsewhere in the text counts (an `export`, an
+`os.environ[...] = ...`, a command line).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
+from fragviz.analysis import Analysis
+from fragviz.errors import FragvizError
+
+_HINT = re.compile(r"try setting PYTORCH_(?:CUDA_)?ALLOC_CONF=expandable_segments:True to avoid fragmentation", re.I)
+_STATED = re.compile(r"PYTORCH_(?:CUDA_)?ALLOC_CONF['\"]?\]?\s*[=:]\s*['\"]?([A-Za-z0-9_.:,\[\]>]+)")
+
+
+@dataclass(frozen=True)
+class InForce:
+    """Settings known to be in force; None where the source does not tell."""
+
+    expandable_segments: bool | None = None
+    max_split_size: int | None = None  # bytes, when `split_known`; None is unlimited
+    split_known: bool = False
+    source: str = ""  # where they were read, for the advice to name
+    conf: str | None = None  # the PYTORCH_CUDA_ALLOC_CONF string, where it is known
+
+
+UNKNOWN = InForce()
+
+
+def from_settings(settings: AllocatorSettings, source: str) -> InForce:
+    return InForce(settings.expandable_segments, settings.max_split_size, True, source, settings.conf)
+
+
+def in_force_of_snapshot(analysis: Analysis) -> InForce:
+    """The snapshot's `allocator_settings` (PyTorch 2.1+ records them); else expandable segments seen in its
+    segments; else unknown."""
+    if analysis.snapshot.allocator_settings:
+        return from_settings(analysis.settings, "the snapshot's allocator_settings")
+    if any(s.is_expandable for s in analysis.snapshot.segments):
+        return InForce(True, source="the snapshot's segments, which are expandable")
+    return UNKNOWN
+
+
+def in_force_of_text(text: str | None) -> InForce:
+    """A PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) the pasted text states, leaving PyTorch's hint aside."""
+    if not text:
+        return UNKNOWN
+    for value in _STATED.findall(_HINT.sub("", text)):
+        try:
+            settings = parse_alloc_conf(value.rstrip(".,"))
+        except FragvizError:
+            continue
+        return from_settings(settings, f"PYTORCH_CUDA_ALLOC_CONF={settings.conf} in the pasted text")
+    return UNKNOWN

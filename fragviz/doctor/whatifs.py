@@ -1,0 +1,73 @@
+"""The doctor's what-ifs: the settings its advice would suggest, simulated on the trace, each entry next to
+the recording, and a "cannot answer" entry with the reason where the simulation cannot tell.
+
+A setting already in force is not simulated (it is the recording); the changes are made on top of the
+recorded settings, as a user adding one option to PYTORCH_CUDA_ALLOC_CONF would.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from fragviz.allocator.config import AllocatorSettings
+from fragviz.analysis import Analysis
+from fragviz.doctor.advice import EXPANDABLE, SPLIT
+from fragviz.doctor.inforce import InForce
+from fragviz.simulate.whatif import CANNOT_ANSWER, UNKNOWN, DeviceWhatIf, refusal, simulate_device
+from fragviz.units import format_bytes as fb
+
+MiB = 1024 * 1024
+NOT_RECORDED = ("the snapshot's trace does not record this OOM, so a simulation of the trace cannot say whether a "
+                "setting would avoid it")
+
+
+def runs_for(settings: AllocatorSettings, in_force: InForce) -> list[tuple[str, AllocatorSettings]]:
+    """The what-if settings: each suggestion added to the recorded settings, unless it is in force already."""
+    runs = []
+    if not in_force.expandable_segments and not settings.expandable_segments:
+        runs.append((EXPANDABLE, replace(settings, expandable_segments=True, conf=_joined(settings.conf, EXPANDABLE))))
+    if settings.max_split_size is None and not (in_force.split_known and in_force.max_split_size is not None):
+        runs.append((SPLIT, replace(settings, max_split_size=512 * MiB, conf=_joined(settings.conf, SPLIT))))
+    return runs
+
+
+def _joined(conf: str, option: str) -> str:
+    return f"{conf},{option}" if conf else option
+
+
+def what_if_entries(analysis: Analysis, device: int, in_force: InForce) -> list[dict[str, Any]]:
+    """One entry per suggested setting for the OOMs of `device`."""
+    runs = runs_for(analysis.settings, in_force)
+    return [entry(r) for r in simulate_device(analysis, device, runs)] if runs else []
+
+
+def cannot_answer(analysis: Analysis, device: int, in_force: InForce) -> list[dict[str, Any]]:
+    """Entries for an OOM the trace does not hold: nothing the simulation can say about it."""
+    reason = refusal(analysis, device) or NOT_RECORDED
+    return [entry(DeviceWhatIf(device, label, reason)) for label, _ in runs_for(analysis.settings, in_force)]
+
+
+def entry(r: DeviceWhatIf) -> dict[str, Any]:
+    if r.status == CANNOT_ANSWER:
+        return {"alloc_conf": r.label, "status": CANNOT_ANSWER, "outcome": CANNOT_ANSWER, "avoids_oom": None,
+                "reason": r.reason, "summary": f"{r.label}: cannot answer: {r.reason}"}
+    given, baseline, recorded = r.given, r.baseline, r.recorded
+    return {"alloc_conf": r.label, "status": r.status, "outcome": r.outcome, "avoids_oom": r.avoids_oom,
+            "claim": r.claim, "device_memory_bytes": r.memory.bytes,
+            "peak_reserved_bytes": given.allocator.peaks.reserved, "ooms": given.oom_count,
+            "recorded": {"peak_reserved_bytes": recorded["peak_reserved_bytes"],
+                         "peak_requested_bytes": recorded["peak_requested_bytes"], "ooms": len(recorded["ooms"])},
+            "baseline": {"peak_reserved_bytes": baseline.allocator.peaks.reserved, "ooms": baseline.oom_count},
+            "start_notes": r.start["notes"], "summary": summary(r)}
+
+
+def summary(r: DeviceWhatIf) -> str:
+    known = r.memory.bytes is not None
+    of = f" of {fb(r.memory.bytes)}" if known else ""
+    ooms = (f"{r.given.oom_count} OOM(s)" if r.given.oom_count else "no OOM") if known else "OOMs not simulated"
+    rec = r.recorded
+    base = r.baseline
+    return (f"with {r.label} peak reserved would have been {fb(r.given.allocator.peaks.reserved)}{of}: {ooms} "
+            f"(recorded: peak reserved {fb(rec['peak_reserved_bytes'])}, {len(rec['ooms'])} OOM(s); simulated "
+            f"under the recorded settings: {fb(base.allocator.peaks.reserved)}, {base.oom_count} OOM(s)); "
+            + ("cannot tell: " if r.outcome == UNKNOWN else "so ") + r.claim)

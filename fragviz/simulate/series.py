@@ -1,0 +1,70 @@
+"""The figures a what-if draws, recorded while a free-run runs: reserved bytes and fragmentation after each
+workload event, kept as min and max per bucket of events (as `fragviz.lod` does for recorded runs), so a
+run of millions of events yields a few thousand points and no peak disappears.
+
+State K follows event K - 1, as in the recorded timeline: state 0 is the start of the trace.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+
+import numpy as np
+
+from fragviz.allocator.blocks import BlockPool
+from fragviz.allocator.sim import DeviceAllocator
+from fragviz.metrics import fragmentation
+
+FIGURES = ("reserved", "fragmentation")
+
+
+class RunSeries:
+    """Min and max of the figures per bucket of `bucket` states, for a trace of `events` events."""
+
+    def __init__(self, events: int, max_points: int) -> None:
+        self.bucket = max(1, -(-(events + 1) // max(1, max_points)))
+        self._start: list[int] = []
+        self._lo: dict[str, list[float]] = {f: [] for f in FIGURES}
+        self._hi: dict[str, list[float]] = {f: [] for f in FIGURES}
+        self._current = -1
+
+    def observe(self, state: int, alloc: DeviceAllocator) -> None:
+        """Record the allocator's figures as state `state` (after event `state` - 1)."""
+        reserved = alloc.reserved  # free = reserved - active, over every pool, as the recorded timeline has it
+        values = {"reserved": reserved,
+                  "fragmentation": fragmentation(reserved - alloc.active_bytes, largest_free_block(alloc))}
+        index = state // self.bucket
+        if index != self._current:
+            self._current = index
+            self._start.append(state)
+            for f in FIGURES:
+                self._lo[f].append(values[f])
+                self._hi[f].append(values[f])
+            return
+        for f in FIGURES:
+            self._lo[f][-1] = min(self._lo[f][-1], values[f])
+            self._hi[f][-1] = max(self._hi[f][-1], values[f])
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """`start` (the first state of each bucket that holds one) and `<figure>_min` / `<figure>_max`."""
+        out = {"start": np.asarray(self._start, np.int64)}
+        for f in FIGURES:
+            kind = np.int64 if f == "reserved" else np.float64
+            out[f + "_min"] = np.asarray(self._lo[f], kind)
+            out[f + "_max"] = np.asarray(self._hi[f], kind)
+        return out
+
+
+def largest_free_block(alloc: DeviceAllocator) -> int:
+    """The largest free (mapped) block of every pool, private ones too, as the recorded timeline counts it
+    (`fragviz.lod.per_event`), in time proportional to the streams, not the blocks."""
+    return max((_largest_in(pool) for pool in alloc.all_pools()), default=0)
+
+
+def _largest_in(pool: BlockPool) -> int:
+    # Free blocks are ordered by (stream, size, address): each stream's largest is its last key.
+    keys, end, best = pool.keys, len(pool.keys), 0
+    while end:
+        stream, size, _ = keys[end - 1]
+        best = max(best, size)
+        end = bisect_left(keys, (stream,), 0, end)
+    return best
