@@ -132,7 +132,7 @@ def _with_snapshot(analysis: Analysis, msg: OomMessage, text: str, what_ifs: dic
     facts.largest_free_block = fig.largest_free_block
     facts.reserved = facts.reserved if facts.reserved is not None else fig.reserved_bytes
     facts.allocated = facts.allocated if facts.allocated is not None else fig.allocated_bytes
-    note = ("The largest free block is the snapshot's final state's: the trace records no OOM, so the state at "
+    note = ("The largest free block is the snapshot's final state's: the snapshot records no OOM, so its state at "
             "the moment of the message is not known.")
     entries = cannot_answer(analysis, device, in_force) if simulate else []
     return _diagnosis(facts, entries, in_force, [note])

@@ -179,6 +179,10 @@ def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, Alloc
         return [DeviceWhatIf(device, label, reason) for label, _ in runs]
     memory = device_memory(analysis, device, given_memory)
     recorded, start = recorded_run(analysis, device, memory), start_state(analysis, device)
+    if memory.bytes is not None and start["reserved_bytes"] > memory.bytes:
+        reason = (f"the trace starts with {fb(start['reserved_bytes'])} already reserved on device {device}, more than "
+                  f"the {fb(memory.bytes)} device asked about: that start state cannot exist on it")
+        return [DeviceWhatIf(device, label, reason) for label, _ in runs]
     steps = len(runs) + 1
     baseline = run_free(analysis, device, analysis.settings, memory.bytes, progress=_part(progress, 0, steps))
     out = []

@@ -81,6 +81,7 @@ class JobRunner:
 
     def _drop_stale(self) -> None:
         now = self.clock()
-        stale = [k for k, j in self._jobs.items() if j.done and now - (j.finished_at or now) > self.keep_seconds]
+        stale = [k for k, j in self._jobs.items()
+                 if j.done and j.finished_at is not None and now - j.finished_at > self.keep_seconds]
         for k in stale:
             del self._jobs[k]
