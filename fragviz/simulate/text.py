@@ -38,10 +38,10 @@ def ooms_text(ooms: list[dict[str, Any]], known: bool = True) -> str:
     return "no OOM" if known else "OOMs not simulated (device size unknown)"
 
 
-def run_line(label: str, run: dict[str, Any], known: bool = True) -> str:
+def run_line(label: str, run: dict[str, Any], known: bool = True, width: int = 34) -> str:
     capacity = run["settings"].get("device_memory_bytes")
     of = f" of {format_bytes(capacity)}" if capacity else ""
-    return (f"  {label:<34} peak reserved {format_bytes(run['peak_reserved_bytes'])}{of}, peak requested "
+    return (f"  {label:<{width}} peak reserved {format_bytes(run['peak_reserved_bytes'])}{of}, peak requested "
             f"{format_bytes(run['peak_requested_bytes'])}, peak allocated {format_bytes(run['peak_allocated_bytes'])}, "
             f"final fragmentation {run['final_fragmentation']:.1%}: {ooms_text(run['ooms'], known)}")
 
@@ -57,10 +57,12 @@ def device_what_if_lines(d: dict[str, Any]) -> list[str]:
     if d["status"] == CANNOT_ANSWER:
         return [f"device {d['device']}: cannot simulate: {d['reason']}"]
     known = d["device_memory"]["bytes"] is not None
+    given = f"simulated, {d['alloc_conf']}"
+    width = max(len(given), len("simulated, recorded settings"))
     lines = [f"device {d['device']}: {memory_line(d['device_memory'])}",
-             run_line("recorded", d["recorded"]),
-             run_line("simulated, recorded settings", d["baseline"], known),
-             run_line(f"simulated, {d['alloc_conf']}", d, known)]
+             run_line("recorded", d["recorded"], width=width),
+             run_line("simulated, recorded settings", d["baseline"], known, width),
+             run_line(given, d, known, width)]
     lines.append(("  cannot tell: " if d["outcome"] == UNKNOWN else "  => ") + d["claim"])
     lines.extend(f"  note: {n}" for n in d["start"]["notes"])
     return lines
