@@ -137,10 +137,12 @@ def start_state(analysis: Analysis, device: int) -> dict[str, Any]:
     disagreements = [w.split(": ", 1)[-1] for w in replay.warnings + list(trace_totals(analysis.snapshot, device).warnings)]
     notes = []
     if segments or blocks:
-        notes.append(f"The trace starts mid-run: {segments} segments ({fb(reserved)} reserved) and {blocks} live "
-                     f"blocks ({fb(allocated)}) predate its first event. The simulation starts from them as recorded: "
-                     "their placement is as recorded, not as the simulated settings would have laid it out, and the "
-                     "peaks and OOMs are those of the traced part of the run only.")
+        held = (f"{segments} segments ({fb(reserved)} reserved) and {blocks} live blocks ({fb(allocated)}) predate "
+                "its first event" if blocks else
+                f"{segments} segments ({fb(reserved)}) were reserved before its first event, with no live block")
+        notes.append(f"The trace starts mid-run: {held}. The simulation starts from them as recorded: their placement "
+                     "is as recorded, not as the simulated settings would have laid it out, and the peaks and OOMs "
+                     "are those of the traced part of the run only.")
     if disagreements:
         notes.append(f"The trace and the final state disagree ({disagreements[0]}), so the start is reconstructed "
                      "only as far as the trace tells: memory the trace does not explain is missing from the "

@@ -21,7 +21,7 @@ from fragviz.snapshot import load_snapshot, load_snapshot_bytes
 from fragviz.snapshot.loader import RawSnapshot
 from fragviz.snapshot.parse import parse_snapshot
 from fragviz.ui.jobs import Busy, JobRunner
-from helpers import REAL, MiB, ev, snapshot
+from helpers import REAL, MiB, block, ev, segment, snapshot
 
 GiB = 1024**3
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -90,6 +90,18 @@ def test_a_device_smaller_than_the_inherited_start_is_refused():
                         "asked about: that start state cannot exist on it")
     (r,) = simulate_device(analysis, 0, [(EXPANDABLE, parse_alloc_conf(EXPANDABLE))], given_memory=80 * GiB)
     assert (r.outcome, r.claim) == ("no_oom", "with expandable_segments:True the run fits a device of 80.00 GiB: no OOM")
+
+
+def test_memory_reserved_before_the_recording_is_said():
+    a = 0x7F0000000000
+    cached = segment(a, [block(a, 20 * MiB, "inactive", 0)])  # a cached segment: no trace event made it
+    trace = [ev("alloc", a, 20 * MiB), ev("free_requested", a, 20 * MiB), ev("free_completed", a, 20 * MiB)]
+    (d,) = what_if(analysed(snapshot([cached], trace)), EXPANDABLE)["devices"]
+    start = d["start"]
+    assert (start["inherited"], start["segments"], start["blocks"], start["reserved_bytes"]) == (True, 1, 0, 20 * MiB)
+    assert start["notes"][0].startswith("The trace starts mid-run: 1 segments (20.00 MiB) were reserved before its "
+                                        "first event, with no live block. The simulation starts from them as recorded")
+    assert d["recorded"]["peak_reserved_bytes"] == 20 * MiB  # the recording's peak counts the inherited segment
 
 
 def test_a_trace_that_disagrees_with_its_final_state_says_so():
