@@ -1,7 +1,7 @@
 """A snapshot analysed: every device replayed, and the warnings a user should read before trusting figures."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -34,7 +34,7 @@ class TraceTotals:
 
 def analyze(snapshot: Snapshot, progress: Progress | None = None) -> Analysis:
     """Replay every device of `snapshot` and collect what does not add up."""
-    settings = settings_from_snapshot(snapshot.allocator_settings)
+    settings = recorded_settings(snapshot)
     total = sum(len(t) for t in snapshot.traces.values()) or 1
     done = 0
     replays = {}
@@ -55,6 +55,20 @@ def analyze(snapshot: Snapshot, progress: Progress | None = None) -> Analysis:
     if progress is not None:
         progress(total, total)
     return Analysis(snapshot, replays, settings, warnings)
+
+
+def recorded_settings(snapshot: Snapshot) -> AllocatorSettings:
+    """The allocator settings the snapshot was taken under: its `allocator_settings` (PyTorch 2.4+); without
+    them, expandable segments in its segments or trace show that one setting, and the rest are defaults."""
+    settings = settings_from_snapshot(snapshot.allocator_settings)
+    if snapshot.allocator_settings is None and _uses_expandable_segments(snapshot):
+        settings = replace(settings, expandable_segments=True)
+    return settings
+
+
+def _uses_expandable_segments(snapshot: Snapshot) -> bool:
+    return (any(s.is_expandable for s in snapshot.segments)
+            or any(bool((t.action == SEGMENT_MAP).any()) for t in snapshot.traces.values()))
 
 
 def trace_totals(snapshot: Snapshot, device: int) -> TraceTotals:

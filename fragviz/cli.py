@@ -73,8 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--db", help=db_help)
     sim.add_argument("--alloc-conf", metavar="CONF",
                      help="free-run under these PYTORCH_CUDA_ALLOC_CONF settings (and under the recorded ones)")
-    sim.add_argument("--device-memory", metavar="SIZE", help="device size for free-run, e.g. 80GiB "
-                     "(default: what the trace's OOMs tell, else unlimited)")
+    sim.add_argument("--device-memory", metavar="SIZE", help="the device's memory, e.g. 80GiB: the device size for "
+                     "free-run (default: what the trace's OOMs tell, else unlimited); in follow mode it bounds "
+                     "expandable segments' reservations (1.125 x it)")
     sim.add_argument("--out", metavar="FILE", help="with --alloc-conf: write the simulated run as a snapshot")
     sim.add_argument("--json", action="store_true", help="print one JSON object")
     sim.set_defaults(run=_cmd_simulate)
@@ -237,9 +238,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     analysis = _analysis_for(args.target, args.db)
     memory = parse_size(args.device_memory) if args.device_memory else None
     if args.alloc_conf is None:
-        if args.out or memory is not None:
-            raise UsageError("--out and --device-memory go with --alloc-conf (free-run)")
-        result = follow(analysis)
+        if args.out:
+            raise UsageError("--out goes with --alloc-conf (free-run)")
+        result = follow(analysis, device_total=memory)  # the device's size bounds expandable reservations
         if not any(d["alloc_events"] for d in result["devices"]):
             raise NothingToSimulate(nothing_to_follow(analysis))
         print(json.dumps(result) if args.json else follow_text(analysis, result))

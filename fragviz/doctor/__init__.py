@@ -1,11 +1,18 @@
 """The OOM doctor: what caused each "CUDA out of memory", in numbers, and what would help.
 
 - `message`: reading OOM messages of every PyTorch era into figures.
-- `verdicts`: the verdict, its figures and advice, from a snapshot's `oom` entries or a pasted message.
+- `facts`, `verdicts`, `advice`: the figures of one OOM, its verdict (exhaustion, fragmentation, memory outside
+  PyTorch, a capacity cap) and what to do, from a snapshot's `oom` entries or a pasted message.
+- `inforce`: the allocator settings known to be in force, so advice never names one already on.
+- `together`: whether a pasted message and a snapshot can be one run.
+- `whatifs`: the suggested settings simulated on the trace, where it can answer.
+- `pools`: private pools and pending frees, where they matter.
+- `summary`, `summary_text`, `summary_checks`: a pasted torch.cuda.memory_summary() table.
 - `text`: the findings for a terminal.
 """
 from __future__ import annotations
 
-from fragviz.doctor.verdicts import PUBLIC_KEYS, OomFacts, diagnose, diagnose_message, verdict_of
+from fragviz.doctor.verdicts import (PUBLIC_KEYS, OomFacts, diagnose, diagnose_message, diagnose_message_with,
+                                     verdict_of)
 
-__all__ = ["PUBLIC_KEYS", "OomFacts", "diagnose", "diagnose_message", "verdict_of"]
+__all__ = ["PUBLIC_KEYS", "OomFacts", "diagnose", "diagnose_message", "diagnose_message_with", "verdict_of"]

@@ -6,27 +6,27 @@ figure here subtracts one peak from another.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from fragviz.allocator.config import AllocConfError, parse_alloc_conf
 from fragviz.analysis import Analysis
+from fragviz.doctor.facts import DEFRAG_MARGIN
+from fragviz.doctor.inforce import UNKNOWN, in_force_of_snapshot, in_force_of_text
 from fragviz.doctor.summary import MemorySummary
 from fragviz.doctor.summary_checks import first_message, message_conflicts, snapshot_checks
-from fragviz.units import MiB
 from fragviz.units import format_bytes as fb
 
 # Less memory stranded in split segments than this cannot decide an OOM: the CUDA context, page granularity
-# and rounding eat tens of MiB (the same margin the OOM verdicts use).
-MARGIN = 64 * MiB
+# and rounding eat tens of MiB (the margin the OOM verdicts use).
+MARGIN = DEFRAG_MARGIN
 # A stranded share of reserved memory at or above this is "large": packing it would give the job a tenth more room.
 LARGE_SHARE = 0.10
 
 
 @dataclass(frozen=True)
-class InForce:
-    """Allocator settings known to be in force: True, False, or None where no input says."""
+class KnownSettings:
+    """Whether each setting the advice could name is known to be in force: True, False, or None where no input
+    says (`max_split_size`: whether max_split_size_mb is set, whatever its value)."""
 
     expandable_segments: bool | None = None
     max_split_size: bool | None = None
@@ -237,28 +237,18 @@ def _missing(s: MemorySummary) -> str | None:
 
 # ---- settings in force and advice ----------------------------------------------------------------------------
 
-_CONF = re.compile(r"PYTORCH_CUDA_ALLOC_CONF\s*=\s*[\"']?([\w:.,\[\]>]+)")
+def _in_force(s: MemorySummary, analysis: Analysis | None, text: str) -> KnownSettings:
+    """What the snapshot's settings, else a PYTORCH_CUDA_ALLOC_CONF the paste states, say is in force; oversize
+    allocations in the table mean max_split_size_mb is set."""
+    known = in_force_of_snapshot(analysis) if analysis is not None else UNKNOWN
+    if known is UNKNOWN:
+        known = in_force_of_text(text)
+    split = True if _oversize_seen(s) else (known.max_split_size is not None if known.split_known else None)
+    source = known.source or ("the table's oversize figures" if split else "")
+    return KnownSettings(known.expandable_segments, split, source)
 
 
-def _in_force(s: MemorySummary, analysis: Analysis | None, text: str) -> InForce:
-    max_split = True if _oversize_seen(s) else None
-    if analysis is not None and analysis.snapshot.allocator_settings is not None:
-        st = analysis.settings
-        return InForce(st.expandable_segments, max_split or st.max_split_size is not None,
-                       "the snapshot's allocator_settings")
-    for m in _CONF.finditer(text):
-        if re.search(r"try setting\s*$", text[max(0, m.start() - 20):m.start()]):
-            continue  # the OOM message's own hint, not a setting
-        try:
-            conf = parse_alloc_conf(m.group(1))
-        except AllocConfError:
-            continue
-        return InForce(True if conf.expandable_segments else None, max_split or (conf.max_split_size is not None) or None,
-                       "the PYTORCH_CUDA_ALLOC_CONF in the paste")
-    return InForce(None, max_split, "the table's oversize figures" if max_split else "")
-
-
-def _advice(verdict: str, s: MemorySummary, force: InForce) -> list[str]:
+def _advice(verdict: str, s: MemorySummary, force: KnownSettings) -> list[str]:
     large, _ = _stranded(s)
     if verdict == "fragmentation" or (verdict in ("no_oom", "undetermined") and large and s.num_alloc_retries):
         return _fragmentation_advice(force)
@@ -277,7 +267,7 @@ def _advice(verdict: str, s: MemorySummary, force: InForce) -> list[str]:
     return out
 
 
-def _no_oom_advice(s: MemorySummary, large: bool, force: InForce) -> list[str]:
+def _no_oom_advice(s: MemorySummary, large: bool, force: KnownSettings) -> list[str]:
     if s.num_alloc_retries:
         return [f"No OOM, but {s.num_alloc_retries} cudaMalloc retr{'ies' if s.num_alloc_retries != 1 else 'y'}: "
                 "the job runs at the edge of the device's memory, and each retry costs a device synchronisation. "
@@ -292,7 +282,7 @@ _LESS_MEMORY = ("To need less memory: reduce the batch size or sequence length, 
                 "(torch.utils.checkpoint), mixed precision (bf16), or shard parameters and optimizer state (FSDP, ZeRO).")
 
 
-def _fragmentation_advice(force: InForce) -> list[str]:
+def _fragmentation_advice(force: KnownSettings) -> list[str]:
     out = []
     if force.expandable_segments:
         out.append(f"expandable_segments:True is already in force ({force.source}): do not set it again; keep "

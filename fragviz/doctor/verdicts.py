@@ -22,7 +22,7 @@ from fragviz.doctor.message import OomMessage, find_messages, parse_message
 from fragviz.doctor.pools import oom_notes, request_pool_at
 from fragviz.doctor.together import read_together
 from fragviz.doctor.whatifs import cannot_answer, what_if_entries
-from fragviz.metrics import state_figures
+from fragviz.metrics import pool_of, state_figures
 from fragviz.model import OOM
 
 CAP_SLACK = 64 * 1024 * 1024  # device free beyond the request (and a tenth of it) that makes a refusal a cap
@@ -91,11 +91,25 @@ def diagnose(analysis: Analysis, message: str | None = None, simulate: bool = Tr
         for k in hits:
             out.append(_diagnosis(_facts_at(analysis, device, k), what_ifs[device], in_force))
     if message:
-        parsed = (parse_message(line) for line in find_messages(message))
-        out.extend(_with_snapshot(analysis, msg, message, what_ifs, simulate) for msg in parsed if msg is not None)
+        out.extend(_messages_with_snapshot(analysis, message, what_ifs, simulate))
     for oom in out:
         oom["notes"] += oom_notes(analysis, oom)  # private pools and pending frees of the state read
     return out
+
+
+def diagnose_message_with(analysis: Analysis, message: str) -> list[dict[str, Any]]:
+    """The OOM messages in `message` read with the snapshot, as `diagnose` reads them, without what-ifs (for a
+    page that shows the snapshot's own OOMs already)."""
+    out = _messages_with_snapshot(analysis, message, {}, False)
+    for oom in out:
+        oom["notes"] += oom_notes(analysis, oom)
+    return out
+
+
+def _messages_with_snapshot(analysis: Analysis, message: str, what_ifs: dict[int, list[dict[str, Any]]],
+                            simulate: bool) -> list[dict[str, Any]]:
+    parsed = (parse_message(line) for line in find_messages(message))
+    return [_with_snapshot(analysis, msg, message, what_ifs, simulate) for msg in parsed if msg is not None]
 
 
 def _facts_at(analysis: Analysis, device: int, k: int) -> OomFacts:
@@ -128,8 +142,9 @@ def _with_snapshot(analysis: Analysis, msg: OomMessage, text: str, what_ifs: dic
         # the snapshot records this very OOM: its state then gives the largest free block, its trace the what-ifs
         facts.largest_free_block = _facts_at(analysis, device, together.oom_event).largest_free_block
         return _diagnosis(facts, what_ifs.get(device, []), in_force)
-    fig = state_figures(analysis.snapshot.segments_of(device))
-    facts.largest_free_block = fig.largest_free_block
+    segments = analysis.snapshot.segments_of(device)
+    fig = state_figures(segments)
+    facts.largest_free_block = pool_of(segments).largest_free_block  # what a general request could get
     facts.reserved = facts.reserved if facts.reserved is not None else fig.reserved_bytes
     facts.allocated = facts.allocated if facts.allocated is not None else fig.allocated_bytes
     note = ("The largest free block is the snapshot's final state's: the snapshot records no OOM, so its state at "

@@ -24,9 +24,15 @@ def follow_text(analysis: Analysis, result: dict[str, Any]) -> str:
                      f"device allocations {_pct(d['segment_allocs_matched'], d['segment_allocs_recorded'])} "
                      f"(predicted {d['segment_allocs_predicted']}), final state "
                      f"{'matches' if d['final_state_matches'] else 'DIFFERS'}")
+        lines.extend(_reservation_line(r) for r in d.get("reservations", []))
         for m in d["mismatches"][:5]:
             lines.append(f"  event {m['event']} {m['action']}: recorded {m['recorded']}, predicted {m['predicted']}")
     return "\n".join(lines)
+
+
+def _reservation_line(r: dict[str, Any]) -> str:
+    extent = "extent unknown" if r["limit_bytes"] is None else f"up to {format_bytes(r['limit_bytes'])}"
+    return f"  expandable reservation: {r['pool']} pool, stream {r['stream']:#x}, at {r['base']:#x} ({extent})"
 
 
 def ooms_text(ooms: list[dict[str, Any]], known: bool = True) -> str:

@@ -6,7 +6,11 @@ first map inside the large pool's range and predicted 16-61 % of these addresses
 """
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 
@@ -17,6 +21,7 @@ from fragviz.simulate import follow, recorded_capacity, run_free
 from fragviz.snapshot import load_snapshot_bytes
 from helpers import block, segment
 
+FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 L = 0x7F00_0000_0000  # the large pool's reservation
 S = L + 0x1644000000  # the small pool's, right after it
 GAP = 0x1644000000
@@ -139,3 +144,25 @@ def test_reservations_are_read_from_the_addresses():
     assert [(r.base, r.limit, r.small) for r in plan.reservations] == [(L, GAP, False), (S, None, True)]
     assert plan.find(L + GAP - 1, False, 0) is not None and plan.find(S, False, 0) is None
     assert plan.find(S + 10 * GAP, True, 0) is not None  # nothing is known above the small reservation
+
+
+def test_a_snapshot_without_allocator_settings_is_read_as_expandable_from_its_segments():
+    """Before 2.4 snapshots carry no allocator_settings: expandable segments in them show the setting."""
+    snap = hand_trace()
+    del snap["allocator_settings"]
+    analysis = analysis_of(snap)
+    assert analysis.settings.expandable_segments is True
+    (d,) = follow(analysis)["devices"]
+    assert d["alloc_address_matches"] == 6 and d["final_state_matches"] is True
+
+
+def test_simulate_follow_takes_the_device_size(tmp_path):
+    path = tmp_path / "hand.pickle"
+    path.write_bytes(pickle.dumps(hand_trace()))
+    out = subprocess.run([FRAGVIZ, "simulate", str(path), "--device-memory", "81050MiB", "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    (d,) = json.loads(out.stdout)["devices"]
+    assert [r["limit_bytes"] for r in d["reservations"]] == [GAP, 45_591 * 2 * MiB]
+    text = subprocess.run([FRAGVIZ, "simulate", str(path)], capture_output=True, text=True).stdout
+    assert "alloc addresses 6/6 (100.0%)" in text and "final state matches" in text

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from fragviz.analysis import analyze
-from fragviz.doctor import OomFacts, diagnose, diagnose_message, verdict_of
+from fragviz.doctor import OomFacts, diagnose, diagnose_message, diagnose_message_with, verdict_of
 from fragviz.doctor.facts import DEFRAG_MARGIN
 from fragviz.doctor.message import parse_message
 from fragviz.snapshot import load_snapshot_bytes
@@ -336,3 +336,5 @@ def test_a_message_of_another_run_is_diagnosed_alone_and_says_why(message, why):
     assert d["largest_free_block"] is None and d["what_if"] == []
     assert {k: d[k] for k in ("verdict", "requested_bytes", "reserved_bytes", "allocated_bytes", "advice")} == \
         {k: alone[k] for k in ("verdict", "requested_bytes", "reserved_bytes", "allocated_bytes", "advice")}
+    (page,) = diagnose_message_with(a, message)  # the doctor page's reading: the same check, no what-ifs
+    assert page["warnings"] == d["warnings"] and page["verdict"] == d["verdict"]

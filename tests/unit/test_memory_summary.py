@@ -227,7 +227,7 @@ def test_sample_2_is_healthy_and_its_shares_are_worked_out():
 
 def test_sample_1_strands_a_large_share_without_failing():
     d = diagnose_summary(parse_summary(sample(1), "s1"))
-    # 619115 KiB / (5176 MiB) = 11.68 %: at or above a tenth, and 604.6 MiB > 64 MiB; no OOM, no retry
+    # 619115 KiB / (5176 MiB) = 11.68 %: at or above a tenth, and 604.6 MiB > 32 MiB; no OOM, no retry
     assert d.verdict == "no_oom"
     assert "604.60 MiB now, 11.7% of the 5.05 GiB reserved" in " ".join(d.findings)
     assert any("before 2.0" in f for f in d.findings)
@@ -243,19 +243,19 @@ def test_ooms_with_a_large_non_releasable_share_is_fragmentation():
 
 
 def test_ooms_with_little_stranded_memory_is_exhaustion():
-    # non-releasable peak 40960 KiB = 40 MiB < the 64 MiB margin: at no moment could packing have freed more
+    # non-releasable peak 20480 KiB = 20 MiB < the 32 MiB margin: at no moment could packing have freed more
     table = re.sub(r"\| Non-releasable memory \|[^\n]*",
-                   "| Non-releasable memory |  20480 KiB |  40960 KiB |  20059 MiB |  20000 MiB |",
+                   "| Non-releasable memory |  10240 KiB |  20480 KiB |  20059 MiB |  20000 MiB |",
                    with_header(sample(2), 1, 1))
     d = diagnose_summary(parse_summary(table, "t"))
     assert d.verdict == "exhaustion"
-    assert any("non-releasable memory peaked at 40.00 MiB, under 64.00 MiB" in f for f in d.findings)
+    assert any("non-releasable memory peaked at 20.00 MiB, under 32.00 MiB" in f for f in d.findings)
     assert not any("expandable_segments" in a for a in d.advice)
     assert any("reduce the batch size" in a for a in d.advice)
 
 
 def test_ooms_with_a_middling_share_are_undetermined_until_the_message_decides():
-    table = with_header(sample(2), 1, 1)  # non-releasable peak 367.5 MiB: above 64 MiB, 6.3 % of reserved
+    table = with_header(sample(2), 1, 1)  # non-releasable peak 367.5 MiB: above 32 MiB, 6.3 % of reserved
     alone = diagnose_summary(parse_summary(table, "t"))
     assert alone.verdict == "undetermined"
     assert any("non-releasable memory reached 367.50 MiB" in f for f in alone.findings)

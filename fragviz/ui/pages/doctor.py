@@ -6,7 +6,7 @@ from typing import Any
 
 from dash import Input, Output, State, dcc, html
 
-from fragviz.doctor import diagnose_message
+from fragviz.doctor import diagnose_message, diagnose_message_with
 from fragviz.doctor.message import find_messages
 from fragviz.doctor.summary import SummaryFormatError, parse_summary
 from fragviz.doctor.summary_checks import message_device
@@ -58,7 +58,9 @@ def diagnose_paste(app_ctx, text: str, sid: int | None) -> html.Div:
             return error_panel(str(exc))
         summary = None
     analysis = app_ctx.views.analysis(sid) if sid is not None else None
-    ooms = (app_ctx.views.doctor(sid) if sid is not None else []) + (diagnose_message(message) if message else [])
+    ooms = app_ctx.views.doctor(sid) if sid is not None else []
+    if message:  # with a snapshot, only where both can be one run (else the message alone, saying why)
+        ooms = ooms + (diagnose_message_with(analysis, message) if analysis is not None else diagnose_message(message))
     if summary is None:
         if not ooms:
             return error_panel(f"{SOURCE}: no torch.cuda.memory_summary() table and no CUDA out-of-memory message "
