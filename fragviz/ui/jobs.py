@@ -1,5 +1,9 @@
 """Background jobs that belong to one app (the what-if page's simulations): a few at a time, and a finished
-job's result kept until it is read or for a while, so that nothing piles up in a long-running server."""
+job's result kept until shortly after it is read, or for a while if nobody reads it, so that nothing piles up
+in a long-running server.
+
+A page polls for its job; a poll's answer can be dropped by the browser when the next poll overtakes it on a
+slow server, so a result stays readable for READ_GRACE after its first read instead of vanishing at once."""
 from __future__ import annotations
 
 import threading
@@ -12,6 +16,7 @@ from fragviz.errors import FragvizError
 
 MAX_RUNNING = 2
 KEEP_SECONDS = 600.0
+READ_GRACE = 30.0
 
 
 class Busy(FragvizError):
@@ -25,18 +30,20 @@ class Job:
     error: str | None = None
     result: Any = None
     finished_at: float | None = None
+    read_at: float | None = None
 
     def set_progress(self, share: float) -> None:
         self.progress = min(1.0, max(0.0, share))
 
 
 class JobRunner:
-    """Runs `work(job)` in a thread per job: at most `max_running` at once, results dropped once taken or
-    `keep_seconds` after they finished."""
+    """Runs `work(job)` in a thread per job: at most `max_running` at once; results dropped `read_grace` after
+    their first read, or `keep_seconds` after they finished."""
 
     def __init__(self, max_running: int = MAX_RUNNING, keep_seconds: float = KEEP_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, read_grace: float = READ_GRACE) -> None:
         self.max_running, self.keep_seconds, self.clock = max_running, keep_seconds, clock
+        self.read_grace = read_grace
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
 
@@ -56,13 +63,14 @@ class JobRunner:
             self._drop_stale()
             return self._jobs.get(job_id)
 
-    def take(self, job_id: str) -> Job | None:
-        """A finished job, given out once and forgotten; None while it runs or when unknown."""
+    def read(self, job_id: str) -> Job | None:
+        """The job as `peek` gives it; a finished one counts as read from the first call (see READ_GRACE)."""
         with self._lock:
+            self._drop_stale()
             job = self._jobs.get(job_id)
-            if job is None or not job.done:
-                return None
-            return self._jobs.pop(job_id)
+            if job is not None and job.done and job.read_at is None:
+                job.read_at = self.clock()
+            return job
 
     def held(self) -> int:
         with self._lock:
@@ -81,7 +89,7 @@ class JobRunner:
 
     def _drop_stale(self) -> None:
         now = self.clock()
-        stale = [k for k, j in self._jobs.items()
-                 if j.done and j.finished_at is not None and now - j.finished_at > self.keep_seconds]
+        stale = [k for k, j in self._jobs.items() if j.done and j.finished_at is not None and (
+            now - j.finished_at > self.keep_seconds or (j.read_at is not None and now - j.read_at > self.read_grace))]
         for k in stale:
             del self._jobs[k]

@@ -236,20 +236,24 @@ def wait_done(runner: JobRunner, job_id: str):
     while not runner.peek(job_id).done:
         assert time.monotonic() < deadline, "the job did not finish"
         time.sleep(0.01)
-    return runner.take(job_id)
+    return runner.read(job_id)
 
 
 def test_the_runner_is_bounded_and_forgets_what_was_read():
-    runner = JobRunner(max_running=1)
+    now = [0.0]
+    runner = JobRunner(max_running=1, clock=lambda: now[0])
     gate = threading.Event()
     first = runner.start(lambda job: gate.wait(60) and "done")
     with pytest.raises(Busy):
         runner.start(lambda job: "second")
-    assert runner.take(first) is None  # still running: nothing to take
+    assert runner.read(first).done is False and runner.read(first).read_at is None  # running: not read yet
     gate.set()
     job = wait_done(runner, first)
     assert (job.result, job.error) == ("done", None)
-    assert runner.peek(first) is None and runner.take(first) is None and runner.held() == 0
+    now[0] = 29.0  # a poll whose answer the browser dropped asks again: the result is still there
+    assert runner.read(first) is job
+    now[0] = 31.0
+    assert runner.peek(first) is None and runner.read(first) is None and runner.held() == 0
     second = runner.start(lambda job: 1 / 0)  # room again
     assert wait_done(runner, second).error == "the simulation failed (ZeroDivisionError: division by zero)"
 

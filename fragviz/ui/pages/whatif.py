@@ -118,13 +118,12 @@ def register(app, app_ctx) -> None:
                   Input(ids.WHATIF_POLL, "n_intervals"), State("whatif-job", "data"),
                   State("whatif-device", "data"), State(ids.URL, "pathname"), prevent_initial_call=True)
     def poll(_, job_id, device, pathname):
-        job = app_ctx.jobs.peek(job_id or "")
+        job = app_ctx.jobs.read(job_id or "")
         if job is None:
             return no_update, no_update, True
         if not job.done:
             pct = int(100 * job.progress)
             return html.Div([html.Progress(value=str(pct), max="100"), f" simulating… {pct}%"]), no_update, False
-        app_ctx.jobs.take(job_id)
         if job.error:
             return error_panel(job.error), no_update, True
         result, curve = job.result
