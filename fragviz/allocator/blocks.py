@@ -87,6 +87,16 @@ class BlockPool:
     def lower_bound(self, stream: int, size: int) -> int:
         return bisect_left(self.keys, (stream_key(stream), size, -1))
 
+    def largest_free(self) -> int:
+        """The largest free block's size, in time proportional to the streams: free blocks are ordered by
+        (stream, size, address), so each stream's largest is its last key."""
+        keys, end, best = self.keys, len(self.keys), 0
+        while end:
+            stream, size, _ = keys[end - 1]
+            best = max(best, size)
+            end = bisect_left(keys, (stream,), 0, end)
+        return best
+
     def free_blocks(self) -> list[Block]:
         return [self.by_key[k] for k in self.keys]
 

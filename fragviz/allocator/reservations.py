@@ -19,9 +19,9 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from fragviz.allocator.rules import LARGE_BUFFER, SMALL_BUFFER, SMALL_SIZE
-from fragviz.model import ALLOC, OOM, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP, Segment, Trace
+from fragviz.allocator.groups import SEGMENT_ACTIONS
+from fragviz.model import ALLOC, OOM, SEGMENT_ALLOC, SEGMENT_MAP, Segment, Trace
 
-_SEGMENT_EVENTS = (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)
 _MALLOC = None  # the owner of cudaMalloc'd segments: not an expandable reservation
 
 Owner = tuple[bool, int]  # (small pool, stream) of an expandable reservation
@@ -132,7 +132,7 @@ def segment_is_small(act: list[int], size: list[int], i: int) -> bool:
     """Whether the segment event at i serves the small pool: the request it was made for says so (the next
     alloc or oom after the malloc's segment events); without one, a small pool's page is 2 MiB."""
     j = i + 1
-    while j < len(act) and act[j] in _SEGMENT_EVENTS:
+    while j < len(act) and act[j] in SEGMENT_ACTIONS:
         j += 1
     if j < len(act) and act[j] in (ALLOC, OOM):
         return size[j] <= SMALL_SIZE

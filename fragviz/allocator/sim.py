@@ -278,12 +278,17 @@ class DeviceAllocator:
 
     def reserve(self, pool: BlockPool, stream: int, base: int, pages: int) -> Block:
         """A new expandable segment: `pages` pages of address space at `base`, one unmapped block of the pool."""
-        es = ExpandableSegment(base, page_size(pool.small), pages, stream)
-        self._ranges[es.base] = es.size
-        self.expandable.append(es)
+        es = self.new_expandable(pool.small, stream, base, pages)
         block = Block(es.base, es.size, stream, pool, mapped=False, es=es)
         pool.insert_unmapped(block)
         return block
+
+    def new_expandable(self, small: bool, stream: int, base: int, pages: int) -> ExpandableSegment:
+        """The reservation of a new expandable segment, with no blocks yet (see `reserve`)."""
+        es = ExpandableSegment(base, page_size(small), pages, stream)
+        self._ranges[es.base] = es.size
+        self.expandable.append(es)
+        return es
 
     def reservation_default(self, small: bool) -> int:
         """Bytes PyTorch reserves per expandable segment: 1.125 × the device, when its size is known."""
@@ -453,9 +458,11 @@ class DeviceAllocator:
             entry["time_us"] = self.clock()
         self.trace.append(entry)
 
-    def largest_free_block(self) -> int:
-        """The largest free block a general request can get (private pools' blocks serve only their own)."""
-        return max((k[1] for pool in (self.large, self.small) for k in pool.keys), default=0)
+    def largest_free_block(self, private_pools: bool = False) -> int:
+        """The largest free block a general request can get (private pools' blocks serve only their own); with
+        `private_pools`, of every pool, as the recorded timeline counts it."""
+        pools = self.all_pools() if private_pools else (self.large, self.small)
+        return max((pool.largest_free() for pool in pools), default=0)
 
     def free_bytes(self) -> int:
         """Cached free bytes of the general pool (see `largest_free_block`)."""

@@ -73,9 +73,7 @@ def _load_expandable(alloc: DeviceAllocator, group: list[Segment], reservation: 
     base = reservation.base
     pages = max(reservation.pages(alloc.reservation_default(reservation.small)), -(-(group[-1].end - base) // page))
     pool = _pool(alloc, group[0])
-    head = alloc.reserve(pool, reservation.stream, base, pages)
-    es = head.es
-    pool.remove_unmapped(head)
+    es = alloc.new_expandable(reservation.small, reservation.stream, base, pages)
     prev: Block | None = None
     cursor = base
     for seg in group:

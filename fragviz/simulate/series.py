@@ -6,11 +6,8 @@ State K follows event K - 1, as in the recorded timeline: state 0 is the start o
 """
 from __future__ import annotations
 
-from bisect import bisect_left
-
 import numpy as np
 
-from fragviz.allocator.blocks import BlockPool
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.metrics import fragmentation
 
@@ -30,8 +27,8 @@ class RunSeries:
     def observe(self, state: int, alloc: DeviceAllocator) -> None:
         """Record the allocator's figures as state `state` (after event `state` - 1)."""
         reserved = alloc.reserved  # free = reserved - active, over every pool, as the recorded timeline has it
-        values = {"reserved": reserved,
-                  "fragmentation": fragmentation(reserved - alloc.active_bytes, largest_free_block(alloc))}
+        largest = alloc.largest_free_block(private_pools=True)
+        values = {"reserved": reserved, "fragmentation": fragmentation(reserved - alloc.active_bytes, largest)}
         index = state // self.bucket
         if index != self._current:
             self._current = index
@@ -52,19 +49,3 @@ class RunSeries:
             out[f + "_min"] = np.asarray(self._lo[f], kind)
             out[f + "_max"] = np.asarray(self._hi[f], kind)
         return out
-
-
-def largest_free_block(alloc: DeviceAllocator) -> int:
-    """The largest free (mapped) block of every pool, private ones too, as the recorded timeline counts it
-    (`fragviz.lod.per_event`), in time proportional to the streams, not the blocks."""
-    return max((_largest_in(pool) for pool in alloc.all_pools()), default=0)
-
-
-def _largest_in(pool: BlockPool) -> int:
-    # Free blocks are ordered by (stream, size, address): each stream's largest is its last key.
-    keys, end, best = pool.keys, len(pool.keys), 0
-    while end:
-        stream, size, _ = keys[end - 1]
-        best = max(best, size)
-        end = bisect_left(keys, (stream,), 0, end)
-    return best

@@ -1,4 +1,4 @@
-"""Bits every page uses: the header, error panels, URL query parsing, byte formatting."""
+"""Bits every page uses: the header, error panels, URL query parsing, byte formatting, an OOM verdict."""
 from __future__ import annotations
 
 from urllib.parse import parse_qs, urlencode
@@ -42,3 +42,21 @@ def make_search(**params) -> str:
 def card(title: str, *children, id: str | None = None, class_name: str = "") -> html.Section:
     kwargs = {"id": id} if id else {}
     return html.Section(className=f"fv-card {class_name}", children=[html.H3(title), *children], **kwargs)
+
+
+_OOM_FIGURES = ("requested_bytes", "reserved_bytes", "allocated_bytes", "largest_free_block", "device_free_bytes",
+                "device_total_bytes")
+
+
+def verdict_card(o: dict, title: str) -> html.Div:
+    """One OOM diagnosis (an entry of `fragviz doctor --json`): its figures, what limits it, advice, notes and
+    what-ifs, under `title`."""
+    figs = [(k, o.get(k)) for k in _OOM_FIGURES if o.get(k) is not None]
+    return html.Div(className=f"fv-verdict fv-{o['verdict']}", children=[
+        html.H4(title),
+        html.Dl([c for k, v in figs for c in (html.Dt(k.replace("_bytes", "").replace("_", " ")), html.Dd(fb(v)))]),
+        html.Ul([html.Li(w) for w in o["warnings"]], className="fv-warnings") if o.get("warnings") else None,
+        html.Ul([html.Li(a) for a in o["advice"]]),
+        html.Ul([html.Li(t) for t in o["notes"]], className="fv-notes") if o.get("notes") else None,
+        html.Ul([html.Li(w["summary"]) for w in o["what_if"]], className="fv-whatif") if o.get("what_if") else None,
+    ])

@@ -13,7 +13,7 @@ from fragviz.doctor.summary_checks import message_device
 from fragviz.doctor.summary_text import SummaryDiagnosis, diagnose_summary
 from fragviz.errors import FragvizError
 from fragviz.ui import ids
-from fragviz.ui.pages.common import card, error_panel, fb, header, query_int
+from fragviz.ui.pages.common import card, error_panel, fb, header, query_int, verdict_card
 
 SOURCE = "the paste"
 _ROWS = (("reserved", "reserved_bytes"), ("allocated", "allocated_bytes"), ("active", "active_bytes"),
@@ -109,9 +109,7 @@ def _ooms(ooms: list[dict[str, Any]]) -> html.Div:
     out = []
     for o in ooms:
         where = f" at event {o['event']} of device {o['device']}" if o.get("event") is not None else " (the message)"
-        out.append(html.Div(className=f"fv-verdict fv-{o['verdict']}", children=[
-            html.H4(f"OOM{where}: {_VERDICTS.get(o['verdict'], o['verdict'])}"),
-            html.Ul([html.Li(a) for a in o["advice"]])]))
+        out.append(verdict_card(o, f"OOM{where}: {_VERDICTS.get(o['verdict'], o['verdict'])}"))
     return card("Out-of-memory errors", *out)
 
 

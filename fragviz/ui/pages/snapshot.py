@@ -10,7 +10,7 @@ from fragviz.model import Segment
 from fragviz.snapshot.frames import is_user_frame
 from fragviz.ui import figures, ids
 from fragviz.ui.data import gaps_of
-from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int
+from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int, verdict_card
 
 GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": True}
 
@@ -167,19 +167,8 @@ def _verdicts(ooms: list[dict]) -> html.Div:
         return html.P("No out-of-memory error is recorded in this snapshot.")
     titles = {"exhaustion": "True exhaustion", "fragmentation": "Fragmentation", "outside_pytorch":
               "Memory outside PyTorch", "capacity_cap": "A capacity cap"}
-    out = []
-    for o in ooms:
-        figs = [(k, o.get(k)) for k in ("requested_bytes", "reserved_bytes", "allocated_bytes", "largest_free_block",
-                                         "device_free_bytes", "device_total_bytes") if o.get(k) is not None]
-        out.append(html.Div(className=f"fv-verdict fv-{o['verdict']}", children=[
-            html.H4(f"{titles[o['verdict']]}" + (f" at event {o['event']}" if o.get("event") is not None else "")),
-            html.Dl([c for k, v in figs for c in (html.Dt(k.replace("_bytes", "").replace("_", " ")), html.Dd(fb(v)))]),
-            html.Ul([html.Li(w) for w in o["warnings"]], className="fv-warnings") if o.get("warnings") else None,
-            html.Ul([html.Li(a) for a in o["advice"]]),
-            html.Ul([html.Li(t) for t in o["notes"]], className="fv-notes") if o.get("notes") else None,
-            html.Ul([html.Li(w["summary"]) for w in o["what_if"]], className="fv-whatif") if o["what_if"] else None,
-        ]))
-    return html.Div(out)
+    return html.Div([verdict_card(o, titles[o["verdict"]] + (f" at event {o['event']}" if o.get("event") is not None
+                                                            else "")) for o in ooms])
 
 
 def register(app, app_ctx) -> None:
