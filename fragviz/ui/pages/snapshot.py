@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 from dash import Input, Output, State, ctx as dash_ctx, dash_table, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
 from fragviz.errors import FragvizError
 from fragviz.metrics import PoolFigures, pending_frees, pool_figures, pool_of
@@ -22,9 +23,21 @@ def sid_of(pathname: str | None) -> int | None:
     return None
 
 
+def page_sid(pathname: str | None) -> int:
+    """The snapshot id of a snapshot page's path; off a snapshot page, PreventUpdate.
+
+    The page's own dcc.Location hears an in-app jump to another page (a dcc.Link) before the router has
+    replaced the page, so every callback of this page reads its path through here (or view_of) and then
+    does nothing. An unreadable id under /snapshots/ stays an error: the layout shows it."""
+    if not (pathname or "").startswith("/snapshots/"):
+        raise PreventUpdate
+    return sid_of(pathname)
+
+
 def view_of(app_ctx, pathname: str | None, search: str | None) -> tuple[int, int, int, int]:
-    """(snapshot id, device, event, trace length) from the URL, defaults filled in, bounds checked."""
-    sid = sid_of(pathname)
+    """(snapshot id, device, event, trace length) from the URL, defaults filled in, bounds checked
+    (PreventUpdate off a snapshot page: see page_sid)."""
+    sid = page_sid(pathname)
     row = app_ctx.reader.snapshot_row(sid)
     device = query_int(search, "device")
     if device not in row.devices:
@@ -278,12 +291,12 @@ def register(app, app_ctx) -> None:
 
     @app.callback(Output(ids.OOM_VERDICT, "children"), Input(ids.SNAPSHOT_URL, "pathname"))
     def verdicts(pathname):
-        sid = sid_of(pathname)
+        sid = page_sid(pathname)
         return _verdicts(app_ctx.views.doctor(sid)) if sid is not None else no_update
 
     @app.callback(Output(ids.SITES_PEAK, "data"), Input(ids.DEVICE, "value"), State(ids.SNAPSHOT_URL, "pathname"))
     def peak_sites(device, pathname):
-        sid = sid_of(pathname)
+        sid = page_sid(pathname)
         if sid is None or device is None:
             return no_update
         peak = app_ctx.views.peak_event(sid, device)
