@@ -23,6 +23,7 @@ from fragviz.replay.state import layout_segments
 from fragviz.store.live import LiveReader
 from fragviz.store.schema import CHUNK_EVENTS, connect
 from fragviz.store.writer import TRACE_COLUMNS
+from fragviz.usage.lifetimes import Lifetimes
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,35 @@ class SnapshotRow:
     devices: list[int]
     warnings: list[str]
     summary: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AnnotationSpan:
+    """One record_function range from external_annotations, on the trace: states start_event..end_event, and
+    its own times (end_us is the trace's last time where no END was recorded: closed is then False)."""
+    name: str
+    start_event: int
+    end_event: int
+    start_us: int
+    end_us: int
+    closed: bool = True
+
+
+def pair_annotations(annotations: list, device: int) -> list[tuple[str, int, int | None]]:
+    """(name, START time, END time or None) of each START on `device`, in START order; an END closes the latest
+    open START of its name (record_function ranges nest). An END without a START is dropped."""
+    spans: list[list] = []
+    open_by_name: dict[str, list[int]] = {}
+    timed = [a for a in annotations if isinstance(a, dict) and isinstance(a.get("time_us"), int)
+             and a.get("device", device) == device]
+    for a in sorted(timed, key=lambda a: a["time_us"]):
+        name = str(a.get("name", ""))
+        if a.get("stage") == "START":
+            open_by_name.setdefault(name, []).append(len(spans))
+            spans.append([name, a["time_us"], None])
+        elif a.get("stage") == "END" and open_by_name.get(name):
+            spans[open_by_name[name].pop()][2] = a["time_us"]
+    return [tuple(s) for s in spans]
 
 
 class StoreReader:
@@ -169,6 +199,19 @@ class StoreReader:
             raise NotFoundError(f"{self.path}: snapshot {sid} has no device {device}")
         return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
+    def lifetimes(self, sid: int, device: int) -> Lifetimes:
+        """Every allocation of a device's trace and the states it is live in (see fragviz.usage.lifetimes)."""
+        n = self.trace_length(sid, device)
+        row = self._conn().execute("SELECT data FROM allocations WHERE snapshot_id = ? AND device = ?",
+                                   (sid, device)).fetchone()
+        if row is None:  # stored by a fragviz before schema version 3: worked out from the stored trace
+            return self.load_analysis(sid).replays[device].lifetimes()
+        return Lifetimes.from_columns(decode_columns(row[0]), n + 1)
+
+    def stacks(self, sid: int) -> tuple[tuple[Frame, ...], tuple[tuple[int, ...], ...]]:
+        """A snapshot's frames and its stacks (frame indices, innermost first), numbered as its blocks refer to them."""
+        return self._stacks(sid)
+
     def checkpoint(self, sid: int, device: int, event: int) -> dict[str, np.ndarray] | None:
         row = self._conn().execute("SELECT data FROM checkpoints WHERE snapshot_id = ? AND device = ? AND event = ?",
                                    (sid, device, event)).fetchone()
@@ -271,7 +314,8 @@ class StoreReader:
         return times[np.clip(idx, 0, len(times) - 1)]
 
     def markers(self, sid: int, device: int, limit: int = 5000) -> dict[str, list[int]]:
-        """Event indices of OOMs, device allocations and releases, and `snapshot` actions (at most `limit` each)."""
+        """Event indices of OOMs, device allocations and releases, and `snapshot` actions (at most `limit` each).
+        Annotations are spans: see annotation_spans."""
         devices = self._devices(sid)
         names = devices[device]["action_names"] if device in devices else ()
         trace = self.trace(sid, device, names)
@@ -284,17 +328,24 @@ class StoreReader:
             if len(hits) > limit:
                 hits = hits[np.linspace(0, len(hits) - 1, limit).astype(np.int64)]
             out[kind] = (hits + 1).tolist()  # the state right after the event
-        out["annotation"] = self._annotation_events(sid, device, trace)[:limit]
         return out
 
-    def _annotation_events(self, sid: int, device: int, trace: Trace) -> list[int]:
-        """external_annotations (record_function START/END) placed on the trace by their time."""
-        annotations = self.snapshot_meta(sid)["external_annotations"] or []
-        times = [a.get("time_us") for a in annotations if isinstance(a, dict) and a.get("device", device) == device]
-        if not times or not trace.has_time:
+    def annotation_spans(self, sid: int, device: int) -> list[AnnotationSpan]:
+        """external_annotations (record_function START/END pairs) of one device as spans placed on the trace
+        by their time; empty where the trace has no times."""
+        devices = self._devices(sid)
+        names = devices[device]["action_names"] if device in devices else ()
+        trace = self.trace(sid, device, names)
+        pairs = pair_annotations(self.snapshot_meta(sid)["external_annotations"] or [], device)
+        if not pairs or not trace.has_time:
             return []
-        stamps = np.asarray([t for t in times if isinstance(t, int)], np.int64)
-        return sorted(set(np.searchsorted(trace.time_us, stamps).tolist()))
+        times = np.maximum.accumulate(trace.time_us)  # an event without a time takes the one before it
+        ends = [int(times[-1]) if end is None else end for _, _, end in pairs]
+        # the state before the first event at or after each time: the events strictly before it
+        first = np.searchsorted(times, [start for _, start, _ in pairs]).tolist()
+        last = np.searchsorted(times, ends).tolist()
+        return [AnnotationSpan(name, a, max(a, b), start, end, closed is not None)
+                for (name, start, closed), a, b, end in zip(pairs, first, last, ends)]
 
     def stack_frames(self, sid: int, local_stack: int) -> list[Frame]:
         """The frames (innermost first) of one of a snapshot's stacks."""

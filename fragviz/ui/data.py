@@ -21,6 +21,7 @@ class Views:
         self.analysis = lru_cache(maxsize=4)(reader.load_analysis)
         self.doctor = lru_cache(maxsize=16)(self._doctor)
         self.markers = lru_cache(maxsize=32)(reader.markers)
+        self.annotation_spans = lru_cache(maxsize=32)(reader.annotation_spans)
 
     def _frames_uncached(self, sid: int, stack: int) -> tuple[Frame, ...]:
         return tuple(self.reader.stack_frames(sid, stack))

@@ -1,7 +1,7 @@
 """Figure builders: records in, go.Figure out. Pure, so they are tested without a server."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -9,6 +9,9 @@ import plotly.graph_objects as go
 from fragviz.metrics import GENERAL_POOL, pool_key
 from fragviz.model import BlockState, Frame, Segment
 from fragviz.units import format_bytes
+
+if TYPE_CHECKING:
+    from fragviz.store.reader import AnnotationSpan
 
 # Okabe-Ito: distinguishable with every common colour-vision deficiency.
 COLORS = {"allocated": "#0072B2", "requested": "#56B4E9", "reserved": "#E69F00", "free": "#009E73",
@@ -25,8 +28,10 @@ def unit_for(max_bytes: float) -> tuple[float, str]:
 
 
 def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: int | None,
-                    x_range: Sequence[float] | None = None, axis: str = "event") -> go.Figure:
-    """Memory over the trace (min/max per bucket where summarised), fragmentation on a second axis.
+                    x_range: Sequence[float] | None = None, axis: str = "event",
+                    spans: Sequence[AnnotationSpan] = ()) -> go.Figure:
+    """Memory over the trace (min/max per bucket where summarised), fragmentation on a second axis, the
+    annotated spans (record_function ranges) shaded and named. Steps: a value holds until the next point.
 
     `axis` "time" draws against seconds since the trace's first event where the trace has time_us; every
     point's customdata is then its event index (clicks select events either way).
@@ -43,20 +48,23 @@ def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: in
     when = "t+%{x:.3f} s, event %{customdata}" if timed else (
         "event %{x}, t+%{customdata:.3f} s" if seconds is not None else "event %{x}")
     fig = go.Figure()
+    _add_spans(fig, spans, tl.get("t0_us") if timed else None)
     for key, label in LABELS.items():
         hi = np.asarray(tl[key + "_max"]) / scale
         lo = np.asarray(tl[key + "_min"]) / scale
         if tl["bucket"] > 1:
-            fig.add_trace(go.Scatter(x=x, y=lo, mode="lines", line=dict(width=0, color=COLORS[key]),
+            fig.add_trace(go.Scatter(x=x, y=lo, mode="lines", line=dict(width=0, color=COLORS[key], shape="hv"),
                                      showlegend=False, hoverinfo="skip", legendgroup=key, customdata=custom))
-            fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
-                                     fill="tonexty", legendgroup=key, customdata=custom,
+            fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label,
+                                     line=dict(width=1.5, color=COLORS[key], shape="hv"), fill="tonexty", legendgroup=key, customdata=custom,
                                      hovertemplate=f"{label} max %{{y:.3f}} {unit}<extra>{when}</extra>"))
         else:
-            fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key]),
-                                     customdata=custom, hovertemplate=f"{label} %{{y:.3f}} {unit}<extra>{when}</extra>"))
+            fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key],
+                                     shape="hv"), customdata=custom,
+                                     hovertemplate=f"{label} %{{y:.3f}} {unit}<extra>{when}</extra>"))
     fig.add_trace(go.Scatter(x=x, y=np.asarray(tl["fragmentation_max"]), mode="lines", name="fragmentation",
-                             yaxis="y2", line=dict(width=1, color=COLORS["fragmentation"], dash="dot"), customdata=custom,
+                             yaxis="y2", line=dict(width=1, color=COLORS["fragmentation"], dash="dot", shape="hv"),
+                             customdata=custom,
                              hovertemplate=f"fragmentation %{{y:.1%}}<extra>{when}</extra>"))
     to_x = (lambda events: np.interp(events, starts, seconds)) if timed else (lambda events: events)
     _add_markers(fig, {k: list(to_x(np.asarray(v))) if v else [] for k, v in markers.items()},
@@ -69,15 +77,46 @@ def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: in
         xaxis=dict(title="seconds since the first event" if timed else "event",
                    range=list(x_range) if x_range else None),
         yaxis=dict(title=unit, rangemode="tozero"),
-        yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], tickformat=".0%",
-                    showgrid=False))
+        yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], showgrid=False,
+                    **FRACTION_TICKS))
     return fig
+
+
+# Round ticks for a 0..1 axis: an overlaying axis otherwise takes its ticks from the primary's (19 %, 37 %, ...)
+FRACTION_TICKS = dict(tickmode="array", tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0], tickformat=".0%")
+SPAN_COLOR = "rgba(86, 180, 233, 0.16)"
+SPAN_ROWS = 3  # label rows, so that the names of neighbouring spans do not write over each other
+
+
+def _add_spans(fig: go.Figure, spans: Sequence[AnnotationSpan], t0_us: int | None) -> None:
+    """Each span a shaded band over the plot's height (the fragmentation axis runs 0..1) with its name at the
+    top; one legend entry for them all. `t0_us` given: placed by their own times in seconds, else by event."""
+    if not spans:
+        return
+    ends = [((s.start_us - t0_us) / 1e6, (s.end_us - t0_us) / 1e6) if t0_us is not None else
+            (s.start_event, s.end_event) for s in spans]
+    xs: list = []
+    ys: list = []
+    for a, b in ends:
+        xs += [a, b, b, a, a, None]
+        ys += [0, 0, 1, 1, 0, None]
+    fig.add_trace(go.Scatter(x=xs, y=ys, yaxis="y2", mode="lines", fill="toself", fillcolor=SPAN_COLOR,
+                             line=dict(width=1, color="#56B4E9"), name="annotated spans (record_function)",
+                             legendgroup="spans", hoverinfo="skip"))
+    rows = [0.97 - 0.09 * (i % SPAN_ROWS) for i in range(len(spans))]
+    text = [_escape(s.name if len(s.name) <= 40 else s.name[:39] + "…") for s in spans]
+    hover = [f"{_escape(s.name)}: events {s.start_event}–{s.end_event}, {(s.end_us - s.start_us) / 1e3:.3f} ms"
+             + ("" if s.closed else " (no END recorded)") for s in spans]
+    fig.add_trace(go.Scatter(x=[a for a, _ in ends], y=rows, yaxis="y2", mode="text", text=text,
+                             textposition="middle right", textfont=dict(size=11, color="#1F4E79"),
+                             customdata=[s.start_event for s in spans] if t0_us is not None else None,
+                             hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", showlegend=False,
+                             legendgroup="spans", name="annotated spans"))
 
 
 def _add_markers(fig: go.Figure, markers: dict[str, list], events: dict[str, list[int]] | None = None) -> None:
     styles = {"oom": ("OOM", "x", COLORS["oom"], 12), "segment_alloc": ("device alloc", "triangle-up", "#555", 6),
-              "segment_free": ("device free", "triangle-down", "#555", 6), "snapshot": ("snapshot", "diamond", "#000", 7),
-              "annotation": ("annotation", "line-ns", "#777", 9)}
+              "segment_free": ("device free", "triangle-down", "#555", 6), "snapshot": ("snapshot", "diamond", "#000", 7)}
     for kind, xs in markers.items():
         if not len(xs) or kind not in styles:
             continue
@@ -91,19 +130,29 @@ def _add_markers(fig: go.Figure, markers: dict[str, list], events: dict[str, lis
 BlockLabel = Callable[[int], str]
 
 
-def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int = 120) -> go.Figure:
-    """One row per segment (grouped by pool and stream, largest first), its blocks to scale and coloured by state.
+def segment_rows(segments: list[Segment], max_rows: int | None = None) -> list[int]:
+    """Indices of the segments drawn, top row first: the `max_rows` largest (all when None), grouped by pool
+    (general first, then private pools; large before small) and stream, largest first whatever their state."""
+    drawn = range(len(segments))
+    if max_rows is not None and len(segments) > max_rows:
+        drawn = sorted(drawn, key=lambda i: (-segments[i].total_size, segments[i].address))[:max_rows]
+    return sorted(drawn, key=lambda i: (pool_key(segments[i]), segments[i].pool, segments[i].stream,
+                                        -segments[i].total_size, segments[i].address))
 
-    customdata of every bar: "segment index:block index" into `segments`.
+
+def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int | None = 120,
+                       own_axis: bool = True) -> go.Figure:
+    """One row per segment (see segment_rows for their order), its blocks to scale and coloured by state.
+
+    customdata of every bar: "segment index:block index" into `segments`. Rows beyond `max_rows` are folded
+    (the note says how many). `own_axis` False leaves the size axis to segment_axis_figure, drawn apart.
     """
-    order = sorted(range(len(segments)), key=lambda i: (segments[i].pool, segments[i].stream,
-                                                         -segments[i].total_size, segments[i].address))[:max_rows]
+    order = segment_rows(segments, max_rows)
     scale, unit = unit_for(max((segments[i].total_size for i in order), default=0))
+    ylabels = [_segment_label(segments[i]) for i in order]
     kinds = {"allocated": [], "rounding waste": [], "pending free": [], "free": []}
-    for row, i in enumerate(order):
+    for ylabel, i in zip(ylabels, order):
         seg = segments[i]
-        private = _private_pool(seg)
-        ylabel = f"{seg.pool}·s{_short_stream(seg.stream)}{'·' + private if private else ''} {seg.address:#x}"
         for j, b in enumerate(seg.blocks):
             offset = (b.address - seg.address) / scale
             info = _block_text(seg, b, label(b.stack))
@@ -126,15 +175,57 @@ def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int
         fig.add_trace(go.Bar(y=y, x=width, base=base, orientation="h", name=name, marker=dict(
             color=colors[name], line=dict(color="#FFFFFF", width=0.5)), hovertext=text, hoverinfo="text",
             customdata=[f"{a}:{b}" for a, b in zip(si, bi)]))
-    fig.update_layout(barmode="overlay", height=max(220, 22 * len(order) + 100), margin=dict(l=10, r=20, t=50, b=40),
-                      xaxis=dict(title=f"offset in segment ({unit})"), yaxis=dict(autorange="reversed", type="category",
-                                                                                  automargin=True),
+    folded = len(segments) - len(order)
+    top = 74 if folded else 50
+    # The rows in our order: a category axis otherwise orders rows by first appearance in the traces, and
+    # segments without a live block (only in the last, "free", trace) sank to the bottom.
+    fig.update_layout(barmode="overlay", height=max(220, 22 * len(order) + top + (40 if own_axis else 10)),
+                      margin=dict(l=10, r=20, t=top, b=40 if own_axis else 10),
+                      xaxis=_segment_xaxis(order, segments, scale, unit, own_axis),
+                      yaxis=dict(autorange="reversed", type="category", automargin=True, categoryorder="array",
+                                 categoryarray=ylabels, tickfont=SEGMENT_TICK_FONT),
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0), bargap=0.25, clickmode="event",
                       hovermode="closest")
-    if len(segments) > len(order):
-        fig.add_annotation(text=f"showing the {len(order)} largest of {len(segments)} segments", xref="paper",
-                           yref="paper", x=1, y=1.0, yanchor="bottom", showarrow=False, xanchor="right")
+    if folded:
+        fig.add_annotation(text=f"{folded} smaller segments folded: showing the {len(order)} largest of "
+                           f"{len(segments)}", xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", yshift=24,
+                           xanchor="left", showarrow=False, name="folded")
     return fig
+
+
+SEGMENT_TICK_FONT = dict(family="DejaVu Sans Mono, Menlo, Consolas, monospace", size=11)
+
+
+def _segment_xaxis(order: list[int], segments: list[Segment], scale: float, unit: str, shown: bool) -> dict:
+    top = max((segments[i].total_size for i in order), default=0) / scale
+    axis = dict(title=f"offset in segment ({unit})", range=[0, top or 1])
+    return axis if shown else dict(axis, title=None, showticklabels=False, ticks="")
+
+
+def segment_axis_figure(segments: list[Segment], max_rows: int | None = 120) -> go.Figure:
+    """The size axis of segment_map_figure(segments, max_rows=max_rows) alone, to keep in sight (sticky)
+    above a tall map that scrolls.
+
+    Same range, title and ticks; its left margin made as wide as the map's by one invisible row label as long
+    as the map's longest (the labels are monospaced), so that both plot areas line up.
+    """
+    order = segment_rows(segments, max_rows)
+    scale, unit = unit_for(max((segments[i].total_size for i in order), default=0))
+    axis = _segment_xaxis(order, segments, scale, unit, True)
+    longest = max((_segment_label(segments[i]) for i in order), key=len, default="")
+    fig = go.Figure(go.Scatter(x=[0], y=[longest], mode="markers", marker=dict(opacity=0), hoverinfo="skip",
+                               showlegend=False))
+    fig.update_layout(height=62, margin=dict(l=10, r=20, t=44, b=2), plot_bgcolor="rgba(0,0,0,0)",
+                      paper_bgcolor="#FFFFFF", showlegend=False,
+                      xaxis=dict(axis, side="top", fixedrange=True, showgrid=False, ticks="outside", zeroline=False),
+                      yaxis=dict(type="category", automargin=True, fixedrange=True, showgrid=False,
+                                 tickfont=dict(SEGMENT_TICK_FONT, color="rgba(0,0,0,0)")))
+    return fig
+
+
+def _segment_label(seg: Segment) -> str:
+    private = _private_pool(seg)
+    return f"{seg.pool}·s{_short_stream(seg.stream)}{'·' + private if private else ''} {seg.address:#x}"
 
 
 def _short_stream(stream: int) -> str:
@@ -169,32 +260,59 @@ def _escape(text: str) -> str:
 
 
 def gap_histogram_figure(gaps: list[int], mark: int | None, largest: int, mark_label: str = "request") -> go.Figure:
-    """Free gaps by log2 size bucket: how many, and how many bytes; the request (or a chosen size) marked."""
+    """Free gaps by log2 size bucket: how many, and how many bytes; the request (or a chosen size) marked.
+
+    The x axis is log2 of the size: bucket e spans e..e+1 (2**e to 2**(e+1) bytes), ticked at powers of two.
+    """
     fig = go.Figure()
+    title = f"largest allocation that fits without a new segment: {format_bytes(largest)}"
+    xaxis: dict[str, Any] = dict(title="free gap size", automargin=True)
     if gaps:
         exps = np.floor(np.log2(np.maximum(gaps, 1))).astype(int)
         lo, hi = int(exps.min()), int(exps.max())
         edges = list(range(lo, hi + 1))
         counts = [int((exps == e).sum()) for e in edges]
         volume = [int(np.asarray(gaps)[exps == e].sum()) for e in edges]
-        labels = [f"{format_bytes(2 ** e)}–{format_bytes(2 ** (e + 1))}" for e in edges]
-        fig.add_trace(go.Bar(x=labels, y=counts, name="gaps", marker_color=COLORS["free"],
-                             hovertemplate="%{x}: %{y} gaps<extra></extra>"))
-        fig.add_trace(go.Scatter(x=labels, y=[v / 2**20 for v in volume], name="MiB in gaps", yaxis="y2",
-                                 mode="lines+markers", line=dict(color=COLORS["reserved"]),
-                                 hovertemplate="%{x}: %{y:.2f} MiB<extra></extra>"))
+        ranges = [f"{format_bytes(2 ** e)}–{format_bytes(2 ** (e + 1))}" for e in edges]
+        centres = [e + 0.5 for e in edges]
+        fig.add_trace(go.Bar(x=centres, y=counts, width=0.9, name="gaps", marker_color=COLORS["free"],
+                             customdata=ranges, hovertemplate="%{customdata}: %{y} gaps<extra></extra>"))
+        fig.add_trace(go.Scatter(x=centres, y=[v / 2**20 for v in volume], name="MiB in gaps", yaxis="y2",
+                                 mode="lines+markers", line=dict(color=COLORS["reserved"]), customdata=ranges,
+                                 hovertemplate="%{customdata}: %{y:.2f} MiB<extra></extra>"))
+        ticks = _pow2_ticks(lo, hi + 1)
+        xaxis.update(range=[lo, hi + 1], tickmode="array", tickvals=ticks, ticktext=[pow2_label(e) for e in ticks],
+                     tickangle=0)
         if mark:
-            e = int(np.floor(np.log2(max(mark, 1))))
-            if lo <= e <= hi:
-                fig.add_vline(x=e - lo, line=dict(color=COLORS["oom"], width=2, dash="dash"))
-            fig.add_annotation(text=f"{mark_label} {format_bytes(mark)}", x=min(max(e - lo, 0), hi - lo),
-                               y=1.08, yref="paper", showarrow=False, font=dict(color=COLORS["oom"]))
-    title = f"largest allocation that fits without a new segment: {format_bytes(largest)}"
-    fig.update_layout(title=dict(text=title, font=dict(size=13)), height=300, margin=dict(l=50, r=60, t=50, b=60),
-                      yaxis=dict(title="gaps", rangemode="tozero"),
-                      yaxis2=dict(title="MiB", overlaying="y", side="right", showgrid=False, rangemode="tozero"),
-                      legend=dict(orientation="h", y=-0.35), bargap=0.1)
+            where = float(np.log2(max(mark, 1)))
+            inside = lo <= where <= hi + 1
+            if inside:
+                fig.add_vline(x=where, line=dict(color=COLORS["oom"], width=2, dash="dash"))
+            title += (f"<br><span style='color:{COLORS['oom']}'>{mark_label} {format_bytes(mark)}"
+                      f"{' (dashed line)' if inside else ', beyond the gaps drawn'}</span>")
+    fig.update_layout(title=dict(text=title, font=dict(size=13), x=0, xanchor="left", y=0.98, yanchor="top"),
+                      height=320, margin=dict(l=50, r=60, t=84, b=40), xaxis=xaxis,
+                      yaxis=dict(title="gaps", rangemode="tozero", automargin=True),
+                      yaxis2=dict(title="MiB", overlaying="y", side="right", showgrid=False, rangemode="tozero",
+                                  automargin=True),
+                      legend=dict(orientation="h", x=1, xanchor="right", y=1.02, yanchor="bottom"))
     return fig
+
+
+def pow2_label(e: int) -> str:
+    """2**e bytes, short: '512 B', '1 KiB', '64 MiB', '2 GiB'."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    return f"{2 ** (e % 10)} {units[min(e // 10, len(units) - 1)]}" if e < 60 else f"2^{e} B"
+
+
+def _pow2_ticks(lo: int, hi: int, most: int = 7) -> list[int]:
+    """Powers of two to tick between 2**lo and 2**hi: every one, or every 2nd, 5th or 10th (so that 1 KiB,
+    1 MiB, 1 GiB stay among them), at most `most`."""
+    for step in (1, 2, 5, 10, 20):
+        ticks = [e for e in range(lo, hi + 1) if e % step == 0]
+        if len(ticks) <= most:
+            return ticks
+    return ticks
 
 
 def icicle_figure(weights: dict[tuple[Frame, ...], int], max_depth: int = 10) -> go.Figure:
@@ -236,7 +354,7 @@ def overlay_figure(recorded: dict[str, Any], simulated: dict[str, Any] | None, l
                                    yaxis="y2", line=dict(color=COLORS["fragmentation"], dash=dash, width=1)))
     fig.update_layout(height=360, margin=dict(l=60, r=60, t=30, b=40), xaxis=dict(title="workload event"),
                       yaxis=dict(title=unit, rangemode="tozero"), legend=dict(orientation="h", y=1.15),
-                      yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], tickformat=".0%"))
+                      yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], **FRACTION_TICKS))
     return fig
 
 

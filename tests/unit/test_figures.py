@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from fragviz.model import Block, BlockState, Frame, Segment
+from fragviz.store.reader import AnnotationSpan
 from fragviz.ui import figures
 
 MiB = 1024**2
@@ -60,11 +61,14 @@ def test_hover_text_escapes_markup():
 def test_gap_histogram_buckets_by_log2_size():
     gaps = [512, 700, 3 * MiB, 5 * MiB, 6 * MiB]
     fig = figures.gap_histogram_figure(gaps, mark=4 * MiB, largest=6 * MiB)
-    counts = dict(zip(fig.data[0].x, fig.data[0].y))
+    counts = dict(zip(fig.data[0].customdata, fig.data[0].y))
     assert counts["512 B–1.00 KiB"] == 2 and counts["2.00 MiB–4.00 MiB"] == 1 and counts["4.00 MiB–8.00 MiB"] == 2
     assert sum(fig.data[0].y) == len(gaps)
-    assert dict(zip(fig.data[1].x, fig.data[1].y))["4.00 MiB–8.00 MiB"] == 11.0
+    assert dict(zip(fig.data[1].customdata, fig.data[1].y))["4.00 MiB–8.00 MiB"] == 11.0
     assert "6.00 MiB" in fig.layout.title.text
+    # bucket e (2**e to 2**(e+1) bytes) is drawn over e..e+1 on a log2 axis: 512 B is 9, 4 MiB is 22
+    assert list(fig.data[0].x) == [e + 0.5 for e in range(9, 23)] and list(fig.layout.xaxis.range) == [9, 23]
+    assert fig.layout.shapes[0].x0 == 22.0 and "request 4.00 MiB (dashed line)" in fig.layout.title.text
 
 
 def test_icicle_values_add_up():
@@ -86,3 +90,75 @@ def test_timeline_by_time_carries_events_in_customdata():
     assert fig.layout.shapes[0].x0 == 2.0 and list(fig.data[-1].x) == [2.0]  # the line and the OOM by time
     by_event = figures.timeline_figure(rec, {}, event=None)
     assert list(by_event.data[0].x) == [0, 1, 2, 3] and list(by_event.data[0].customdata) == [0.0, 0.5, 2.0, 3.0]
+
+
+def test_gap_histogram_ticks_are_few_round_powers_of_two():
+    # 512 B to 1 GiB: 2**9 .. 2**30, 22 powers; every 5th (2**10, 2**15, ...) keeps 1 KiB, 1 MiB, 1 GiB
+    fig = figures.gap_histogram_figure([512, 1024**3 - 1], mark=None, largest=0)
+    assert list(fig.layout.xaxis.tickvals) == [10, 15, 20, 25, 30]
+    assert list(fig.layout.xaxis.ticktext) == ["1 KiB", "32 KiB", "1 MiB", "32 MiB", "1 GiB"]
+    assert fig.layout.xaxis.tickangle == 0 and fig.layout.xaxis.automargin
+    narrow = figures.gap_histogram_figure([3 * MiB, 5 * MiB], mark=None, largest=0)  # 2**21 .. 2**23
+    assert list(narrow.layout.xaxis.ticktext) == ["2 MiB", "4 MiB", "8 MiB"]
+    assert fig.layout.legend.yanchor == "bottom" and fig.layout.legend.y >= 1  # above the plot, off the ticks
+    assert [figures.pow2_label(e) for e in (0, 9, 10, 29, 40)] == ["1 B", "512 B", "1 KiB", "512 MiB", "1 TiB"]
+
+
+def test_timeline_draws_steps_and_round_fragmentation_ticks():
+    for bucket in (1, 64):
+        fig = figures.timeline_figure(timeline_record(bucket, 5), {}, event=None)
+        assert {t.line.shape for t in fig.data} == {"hv"}
+        assert list(fig.layout.yaxis2.tickvals) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+        assert fig.layout.yaxis2.tickformat == ".0%" and fig.layout.yaxis2.tickmode == "array"
+
+
+def test_timeline_draws_annotated_spans_by_event_and_by_time():
+    rec = timeline_record(1, 6)
+    rec["time_us_min"] = np.array([0, 1_000, 2_000, 3_000, 4_000, 5_000]) + 10_000_000
+    rec["t0_us"] = 10_000_000
+    spans = [AnnotationSpan("forward", 1, 3, 10_000_500, 10_002_500),
+             AnnotationSpan("Optimizer.step#AdamW.step", 4, 6, 10_003_500, 10_005_000, closed=False)]
+    by_event = figures.timeline_figure(rec, {}, event=None, spans=spans)
+    band, labels = by_event.data[0], by_event.data[1]
+    assert band.fill == "toself" and band.name == "annotated spans (record_function)" and band.showlegend is not False
+    assert list(band.x) == [1, 3, 3, 1, 1, None, 4, 6, 6, 4, 4, None] and band.yaxis == "y2"
+    assert list(labels.text) == ["forward", "Optimizer.step#AdamW.step"] and list(labels.x) == [1, 4]
+    assert "no END recorded" in labels.hovertext[1] and "2.000 ms" in labels.hovertext[0]
+    by_time = figures.timeline_figure(rec, {}, event=None, spans=spans, axis="time")
+    band, labels = by_time.data[0], by_time.data[1]
+    assert list(band.x)[:5] == [0.0005, 0.0025, 0.0025, 0.0005, 0.0005]  # their own times, in seconds
+    assert list(labels.customdata) == [1, 4]  # a click on a name selects the span's first state
+    assert all(t.name != "annotation" for t in by_time.data)  # no more ticks on the axis
+
+
+def test_segment_map_orders_rows_by_pool_stream_and_size_whatever_their_state():
+    free_big = Segment(0, 0x9000_0000, 64 * MiB, 0, "large", (Block(0x9000_0000, 64 * MiB, 0, BlockState.INACTIVE, -1),))
+    used = seg(0x1000_0000, (2 * MiB, 2 * MiB, BlockState.ACTIVE_ALLOCATED, 0))
+    used_big = seg(0x2000_0000, (20 * MiB, 20 * MiB, BlockState.ACTIVE_ALLOCATED, 0))
+    other_stream = Segment(0, 0x3000_0000, 80 * MiB, 7, "large",
+                           (Block(0x3000_0000, 80 * MiB, 0, BlockState.INACTIVE, -1),))
+    small = Segment(0, 0x4000_0000, 2 * MiB, 0, "small", (Block(0x4000_0000, 2 * MiB, 512, BlockState.ACTIVE_ALLOCATED, 0),))
+    private = Segment(0, 0x5000_0000, 200 * MiB, 0, "large",
+                      (Block(0x5000_0000, 200 * MiB, 0, BlockState.INACTIVE, -1),), pool_id=(0, 1))
+    segments = [used, private, free_big, small, other_stream, used_big]
+    fig = figures.segment_map_figure(segments, lambda s: "")
+    rows = list(fig.layout.yaxis.categoryarray)
+    # general pool: large stream 0 by size (the free one first), large stream 7, small; then the private pool
+    assert [r.split()[-1] for r in rows] == ["0x90000000", "0x20000000", "0x10000000", "0x30000000", "0x40000000",
+                                             "0x50000000"]
+    assert fig.layout.yaxis.categoryorder == "array" and fig.layout.yaxis.autorange == "reversed"
+    assert not fig.layout.annotations  # nothing folded
+
+
+def test_segment_map_folds_the_smallest_and_says_how_many():
+    segments = [seg(0x1000_0000 + i * 0x100_0000, ((i + 1) * MiB, 0, BlockState.INACTIVE, -1)) for i in range(10)]
+    fig = figures.segment_map_figure(segments, lambda s: "", max_rows=4, own_axis=False)
+    drawn = {int(r.split()[-1], 16) for r in fig.layout.yaxis.categoryarray}
+    assert drawn == {0x1000_0000 + i * 0x100_0000 for i in (6, 7, 8, 9)}  # the four largest
+    assert fig.layout.annotations[0].text.startswith("6 smaller segments folded: showing the 4 largest of 10")
+    assert fig.layout.xaxis.showticklabels is False and list(fig.layout.xaxis.range) == [0, 10.0]
+    everything = figures.segment_map_figure(segments, lambda s: "", max_rows=None)
+    assert len(everything.layout.yaxis.categoryarray) == 10 and not everything.layout.annotations
+    axis = figures.segment_axis_figure(segments, max_rows=4)
+    assert list(axis.layout.xaxis.range) == [0, 10.0] and axis.layout.xaxis.title.text == "offset in segment (MiB)"
+    assert axis.layout.xaxis.side == "top" and axis.data[0].y[0] in fig.layout.yaxis.categoryarray

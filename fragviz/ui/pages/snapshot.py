@@ -14,6 +14,7 @@ from fragviz.ui.data import gaps_of
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int, verdict_card
 
 GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": True}
+SEGMENT_ROWS = 120  # segments drawn before the smallest are folded
 
 
 def sid_of(pathname: str | None) -> int | None:
@@ -83,8 +84,14 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
                                           "disabled": "time_us" not in fmt.features}]),
                  dcc.Graph(id=ids.TIMELINE, figure=timeline(app_ctx, sid, device, event), config=GRAPH_CONFIG)),
             html.Div(className="fv-row", children=[
-                card("Segments at the selected event", html.Div(className="fv-scroll", children=dcc.Graph(
-                    id=ids.SEGMENT_MAP, config={"displaylogo": False})), class_name="fv-wide"),
+                card("Segments at the selected event",
+                     dcc.Checklist(id=ids.SEGMENT_MAP_ALL, value=[], className="fv-fold",
+                                   options=[{"label": " draw every segment (the map folds all but the largest "
+                                             f"{SEGMENT_ROWS})", "value": "all"}]),
+                     html.Div(className="fv-scroll", children=[
+                         dcc.Graph(id=ids.SEGMENT_AXIS, className="fv-sticky-axis",
+                                   config={"displayModeBar": False, "staticPlot": True}),
+                         dcc.Graph(id=ids.SEGMENT_MAP, config={"displaylogo": False})]), class_name="fv-wide"),
                 card("Stack of the clicked block",
                      dcc.Checklist(id=ids.STACK_ALL, options=[{"label": " show PyTorch-internal and C++ frames",
                                                                "value": "all"}], value=[]),
@@ -141,7 +148,8 @@ def timeline(app_ctx, sid: int, device: int, event: int, lo: int | None = None, 
     x_range = None
     if lo is not None and hi is not None:
         x_range = [lo, hi] if axis == "event" else _seconds(app_ctx, sid, device, [lo, hi])
-    return figures.timeline_figure(tl, app_ctx.views.markers(sid, device), event, x_range=x_range, axis=axis)
+    return figures.timeline_figure(tl, app_ctx.views.markers(sid, device), event, x_range=x_range, axis=axis,
+                                   spans=app_ctx.views.annotation_spans(sid, device))
 
 
 def _time_map(app_ctx, sid: int, device: int):
@@ -186,11 +194,12 @@ def _verdicts(ooms: list[dict]) -> html.Div:
 
 def register(app, app_ctx) -> None:
     @app.callback(Output(ids.SNAPSHOT_URL, "search"), Output(ids.SEGMENT_MAP, "figure"), Output(ids.GAP_HISTOGRAM, "figure"),
-                  Output(ids.EVENT_INFO, "children"), Output(ids.EVENT, "value"),
+                  Output(ids.EVENT_INFO, "children"), Output(ids.EVENT, "value"), Output(ids.SEGMENT_AXIS, "figure"),
                   Input(ids.TIMELINE, "clickData"), Input(ids.PREV, "n_clicks"), Input(ids.NEXT, "n_clicks"),
                   Input(ids.EVENT, "value"), Input(ids.DEVICE, "value"), Input(ids.MARK_SIZE, "value"),
-                  Input(ids.SNAPSHOT_URL, "search"), State(ids.SNAPSHOT_URL, "pathname"), State(ids.TIMELINE_AXIS, "value"))
-    def select_and_draw(click, _prev, _next, typed, device, mark_mib, search, pathname, axis):
+                  Input(ids.SNAPSHOT_URL, "search"), State(ids.SNAPSHOT_URL, "pathname"), State(ids.TIMELINE_AXIS, "value"),
+                  Input(ids.SEGMENT_MAP_ALL, "value"))
+    def select_and_draw(click, _prev, _next, typed, device, mark_mib, search, pathname, axis, every_segment):
         # One callback both takes the choice (a click, a key, a typed event) into the URL and draws the state,
         # so a new event costs one round trip. The URL as input also serves back and forward navigation.
         sid, cur_device, event, n = view_of(app_ctx, pathname, search)
@@ -202,7 +211,9 @@ def register(app, app_ctx) -> None:
             event = _chosen_event(trigger, click, typed, event, n, axis == "time")
             new_search = make_search(device=cur_device, event=event)
         segments, fig, _ = app_ctx.views.state(sid, cur_device, event)
-        seg_map = figures.segment_map_figure(segments, lambda stack: app_ctx.views.site(sid, stack))
+        rows = None if "all" in (every_segment or []) else SEGMENT_ROWS
+        seg_map = figures.segment_map_figure(segments, lambda stack: app_ctx.views.site(sid, stack), rows,
+                                             own_axis=False)
         mark, label = _mark(app_ctx, sid, cur_device, event, mark_mib)
         pools = pool_figures(segments)
         room = pool_of(segments).largest_free_block  # the general pool's: what a general request can get
@@ -211,7 +222,8 @@ def register(app, app_ctx) -> None:
                 f"{fb(fig.allocated_bytes)} · cached free {fb(fig.free_bytes)} in {fig.free_blocks} gaps · "
                 f"fragmentation {fig.fragmentation:.1%}" + pools_info(pools, segments))
         return (no_update if new_search == search or (not search and trigger is None) else new_search,
-                seg_map, hist, info, (no_update if typed == event else event))
+                seg_map, hist, info, (no_update if typed == event else event),
+                figures.segment_axis_figure(segments, rows))
 
     # The sites table and the icicle follow a moment later, so that the segment map and the histogram of a
     # new event are drawn first (the browser draws one thing at a time).
