@@ -57,6 +57,11 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * _SECONDS[unit]
 
 
+def bytes_text(data: bytes) -> str:
+    """Raw bytes as quoted text for a message: printable ASCII as it is, every other byte as \\xNN (never b'...')."""
+    return '"' + "".join(chr(c) if 32 <= c < 127 and c not in (34, 92) else f"\\x{c:02x}" for c in data) + '"'
+
+
 def cut(text: str, limit: int = 80) -> str:
     """`text` on one line and at most `limit` characters: how a bad value is shown in an error message."""
     text = " ".join(str(text).split())

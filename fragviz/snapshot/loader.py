@@ -25,7 +25,7 @@ except ImportError:  # not on Windows: no cap there
 
 from fragviz.errors import SnapshotFormatError
 from fragviz.limits import Limits
-from fragviz.units import cut
+from fragviz.units import bytes_text, cut
 
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
@@ -298,5 +298,5 @@ def _describe(data: bytes) -> str:
     for magic, what in _SIGNATURES:
         if data.lstrip()[: len(magic)] == magic:
             return f"the content is {what}"
-    return f"unrecognised content starting with {data[:8]!r}"
+    return f"unrecognised content starting with {bytes_text(data[:8])}"
 

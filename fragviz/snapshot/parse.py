@@ -19,6 +19,7 @@ from fragviz.model import (ACTIONS, NO_STACK, NO_STRING, NO_TIME, PROVENANCE_KEY
 from fragviz.snapshot.frames import StackInterner
 from fragviz.snapshot.loader import RawSnapshot
 from fragviz.snapshot.values import INT64_MAX, INT64_MIN, Values, describe
+from fragviz.units import bytes_text, cut
 
 _STATES = {s.value: s for s in BlockState}
 _STATES["active_awaiting_free"] = BlockState.ACTIVE_PENDING_FREE  # the name in _snapshot's docstring
@@ -105,15 +106,22 @@ def _provenance(data: Any, ctx: _Context) -> dict | None:
     return value
 
 
+def _key_text(key: Any) -> str:
+    return f"{bytes_text(key)} (bytes)" if isinstance(key, bytes) else cut(str(key), 40)
+
+
 def _top_level(data: Any, ctx: _Context) -> tuple[list, list, dict | None, list | None]:
     if isinstance(data, list):
+        if data and not isinstance(data[0], dict):  # torch.cuda.memory_snapshot() is a list of segment dicts
+            raise ctx.fail(f"is not a PyTorch memory snapshot: a list of {len(data):,} items whose first is "
+                           f"{describe(data[0])}, not a segment")
         ctx.features.add("segments_list")
         return data, [], None, None
     if not isinstance(data, dict):
         raise ctx.fail(f"is not a PyTorch memory snapshot: the top level is a {type(data).__name__}, "
                        "not a dict or a list of segments")
     if "segments" not in data and "device_traces" not in data:
-        keys = ", ".join(sorted(map(str, data))[:6]) or "none"
+        keys = ", ".join(sorted(map(_key_text, data))[:6]) or "none"
         raise ctx.fail(f"is not a PyTorch memory snapshot: no 'segments' or 'device_traces' key (keys: {keys})")
     segments = data.get("segments", [])
     traces = data.get("device_traces", data.get("traces", []))
