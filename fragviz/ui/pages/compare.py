@@ -1,4 +1,5 @@
-"""The compare page: two snapshots (or two events of one), side by side and as a difference by allocation site."""
+"""The compare page: two snapshots (or two events or devices of one), side by side and as a difference by
+allocation site. The whole choice is in the URL: /compare?a=ID&da=DEVICE&ea=EVENT&b=ID&db=DEVICE&eb=EVENT."""
 from __future__ import annotations
 
 from dash import Input, Output, State, dash_table, dcc, html, no_update
@@ -7,22 +8,19 @@ from fragviz.errors import FragvizError
 from fragviz.ui import figures, ids
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int
 
+SIDES = (("A", "a", ids.COMPARE_A, ids.COMPARE_DEVICE_A, ids.COMPARE_EVENT_A),
+         ("B", "b", ids.COMPARE_B, ids.COMPARE_DEVICE_B, ids.COMPARE_EVENT_B))
+
 
 def layout(app_ctx, search: str | None) -> html.Div:
     rows = app_ctx.reader.list_snapshots()
     options = [{"label": f"{r.id}: {r.name.rsplit('/', 1)[-1]}", "value": r.id} for r in rows]
-    a, b = query_int(search, "a"), query_int(search, "b")
+    controls = [c for label, key, pick, dev, ev in SIDES
+                for c in _side_controls(app_ctx, search, options, label, key, pick, dev, ev)]
     return html.Div([header(), html.Main(className="fv-main", children=[
         html.H2("Compare"),
-        card("States", html.Div(className="fv-controls", children=[
-            html.Label(["A ", dcc.Dropdown(id=ids.COMPARE_A, options=options, value=a, className="fv-pick")]),
-            html.Label(["event ", dcc.Input(id="compare-ea", type="number", min=0, value=query_int(search, "ea"),
-                                            placeholder="last", debounce=True)]),
-            html.Label(["B ", dcc.Dropdown(id=ids.COMPARE_B, options=options, value=b, className="fv-pick")]),
-            html.Label(["event ", dcc.Input(id="compare-eb", type="number", min=0, value=query_int(search, "eb"),
-                                            placeholder="last", debounce=True)]),
-        ])),
-        html.Div(id="compare-summary", className="fv-row"),
+        card("States", html.Div(className="fv-controls", children=controls)),
+        html.Div(id=ids.COMPARE_SUMMARY, className="fv-row"),
         card("Difference by allocation site (live bytes, B minus A)", dcc.Graph(id=ids.COMPARE_FIGURE),
              dash_table.DataTable(id=ids.COMPARE_TABLE, sort_action="native", page_size=15,
                                   columns=[{"name": "allocation site", "id": "site"}, {"name": "A", "id": "a"},
@@ -32,41 +30,78 @@ def layout(app_ctx, search: str | None) -> html.Div:
     ])])
 
 
-def _state(app_ctx, sid: int, event: int | None):
+def _side_controls(app_ctx, search, options, label, key, pick, dev, ev) -> list:
+    sid = query_int(search, key)
+    dev_options, device = device_choice(app_ctx, sid, query_int(search, "d" + key))
+    return [
+        html.Label([f"{label} ", dcc.Dropdown(id=pick, options=options, value=sid, className="fv-pick")]),
+        html.Label(["device ", dcc.Dropdown(id=dev, options=dev_options, value=device, clearable=False,
+                                            className="fv-device", placeholder="—")]),
+        # A class with a width: unsized, the box shrinks to a sliver inside the flex label (and a click on it
+        # lands beside the input). 7-digit events fit.
+        html.Label(["event ", dcc.Input(id=ev, type="number", min=0, value=query_int(search, "e" + key),
+                                        placeholder="last", debounce=True, className="fv-compare-event")]),
+    ]
+
+
+def device_choice(app_ctx, sid: int | None, wanted: int | None) -> tuple[list[dict], int | None]:
+    """The device picker of one side: the snapshot's devices, and `wanted` when it has it, else its first."""
+    try:
+        devices = app_ctx.reader.snapshot_row(sid).devices if sid is not None else []
+    except FragvizError:
+        devices = []
+    value = wanted if wanted in devices else (devices[0] if devices else None)
+    return [{"label": f"cuda:{d}", "value": d} for d in devices], value
+
+
+def _state(app_ctx, sid: int, device: int | None, event: int | None):
     row = app_ctx.reader.snapshot_row(sid)
-    device = row.devices[0] if row.devices else 0
+    if device not in row.devices:
+        device = row.devices[0] if row.devices else 0
     segments, fig, k = app_ctx.views.state(sid, device, event)
-    return row, segments, fig, k
+    return row, device, segments, fig, k
 
 
-def _summary(label: str, row, fig, k: int) -> html.Section:
-    return card(f"{label}: {row.name.rsplit('/', 1)[-1]} after {k} events", html.Dl([
+def _summary(label: str, row, device: int, fig, k: int) -> html.Section:
+    return card(f"{label}: {row.name.rsplit('/', 1)[-1]}, cuda:{device}, after {k} events", html.Dl([
         c for name, v in (("reserved", fb(fig.reserved_bytes)), ("allocated", fb(fig.allocated_bytes)),
                           ("cached free", fb(fig.free_bytes)), ("largest free block", fb(fig.largest_free_block)),
                           ("fragmentation", f"{fig.fragmentation:.1%}"), ("segments", str(fig.segments)))
         for c in (html.Dt(name), html.Dd(v))]))
 
 
+def _difference(app_ctx, a: int, seg_a, b: int, seg_b) -> list[dict]:
+    sites_a = {r["site"]: r["bytes"] for r in app_ctx.views.top_sites(a, seg_a, limit=10**6)}
+    sites_b = {r["site"]: r["bytes"] for r in app_ctx.views.top_sites(b, seg_b, limit=10**6)}
+    rows = [{"site": s, "bytes_a": sites_a.get(s, 0), "bytes_b": sites_b.get(s, 0)} for s in set(sites_a) | set(sites_b)]
+    rows.sort(key=lambda r: -abs(r["bytes_b"] - r["bytes_a"]))
+    return rows
+
+
 def register(app, app_ctx) -> None:
-    @app.callback(Output("compare-summary", "children"), Output(ids.COMPARE_FIGURE, "figure"),
+    for _label, _key, pick, dev, _ev in SIDES:
+        # A new snapshot on one side: its own devices, the chosen one kept where it has it.
+        app.callback(Output(dev, "options"), Output(dev, "value"), Input(pick, "value"), State(dev, "value"),
+                     prevent_initial_call=True)(lambda sid, current: device_choice(app_ctx, sid, current))
+
+    @app.callback(Output(ids.COMPARE_SUMMARY, "children"), Output(ids.COMPARE_FIGURE, "figure"),
                   Output(ids.COMPARE_TABLE, "data"), Output(ids.URL, "search", allow_duplicate=True),
-                  Input(ids.COMPARE_A, "value"), Input(ids.COMPARE_B, "value"), Input("compare-ea", "value"),
-                  Input("compare-eb", "value"), State(ids.URL, "search"), prevent_initial_call="initial_duplicate")
-    def compare(a, b, ea, eb, search):
+                  Input(ids.COMPARE_A, "value"), Input(ids.COMPARE_B, "value"), Input(ids.COMPARE_EVENT_A, "value"),
+                  Input(ids.COMPARE_EVENT_B, "value"), Input(ids.COMPARE_DEVICE_A, "value"),
+                  Input(ids.COMPARE_DEVICE_B, "value"), State(ids.URL, "search"),
+                  prevent_initial_call="initial_duplicate")
+    def compare(a, b, ea, eb, da, db, search):
         if a is None or b is None:
-            return html.P("Pick two snapshots (or the same one twice, at two events)."), {}, [], no_update
+            return html.P("Pick two snapshots (or the same one twice, at two events or devices)."), {}, [], no_update
         try:
-            row_a, seg_a, fig_a, ka = _state(app_ctx, a, ea)
-            row_b, seg_b, fig_b, kb = _state(app_ctx, b, eb)
+            row_a, da, seg_a, fig_a, ka = _state(app_ctx, a, da, ea)
+            row_b, db, seg_b, fig_b, kb = _state(app_ctx, b, db, eb)
         except FragvizError as exc:
             return error_panel(str(exc)), {}, [], no_update
-        sites_a = {r["site"]: r["bytes"] for r in app_ctx.views.top_sites(a, seg_a, limit=10**6)}
-        sites_b = {r["site"]: r["bytes"] for r in app_ctx.views.top_sites(b, seg_b, limit=10**6)}
-        rows = [{"site": s, "bytes_a": sites_a.get(s, 0), "bytes_b": sites_b.get(s, 0)} for s in set(sites_a) | set(sites_b)]
-        rows.sort(key=lambda r: -abs(r["bytes_b"] - r["bytes_a"]))
+        rows = _difference(app_ctx, a, seg_a, b, seg_b)
         table = [{"site": r["site"], "a": fb(r["bytes_a"]), "b": fb(r["bytes_b"]), "delta": fb(r["bytes_b"] - r["bytes_a"]),
                   "delta_bytes": r["bytes_b"] - r["bytes_a"]} for r in rows]
-        summary = [_summary("A", row_a, fig_a, ka), _summary("B", row_b, fig_b, kb)]
-        new_search = make_search(a=a, ea=ea, b=b, eb=eb)
+        summary = [_summary("A", row_a, da, fig_a, ka), _summary("B", row_b, db, fig_b, kb)]
+        new_search = make_search(a=a, da=da, ea=ea, b=b, db=db, eb=eb)
         return (summary, figures.difference_figure(rows, "A", "B"), table,
                 no_update if new_search == search else new_search)
