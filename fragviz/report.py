@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
+
 from fragviz.analysis import Analysis, trace_totals
 from fragviz.errors import UsageError
 from fragviz.metrics import PendingFrees, PoolFigures, StateFigures, pending_frees, pool_figures, state_figures
@@ -11,6 +13,7 @@ from fragviz.model import NO_STACK, Frame, Segment, Snapshot
 from fragviz.replay import EXACT_FIGURES, SIZES_NOTE
 from fragviz.snapshot.frames import is_internal, is_user_frame
 from fragviz.units import format_bytes
+from fragviz.usage.kinds import StackKinds, kind_totals
 
 
 def report_dict(analysis: Analysis, at: int | None = None, device: int | None = None) -> dict[str, Any]:
@@ -54,6 +57,8 @@ def device_report(analysis: Analysis, device: int, at: int | None) -> dict[str, 
     segments, fig = state_at(analysis, device, at)
     totals = trace_totals(snap, device)
     pending = pending_frees(segments)
+    kinds = StackKinds(snap.stack_frames)
+    peak = peak_requested_state(analysis, device)
     return {
         "device": device,
         "reserved_bytes": fig.reserved_bytes, "allocated_bytes": fig.allocated_bytes,
@@ -65,7 +70,17 @@ def device_report(analysis: Analysis, device: int, at: int | None) -> dict[str, 
         "start_reserved_bytes": totals.start_reserved, "peak_reserved_bytes": totals.peak_reserved,
         "pools": [pool_dict(p) for p in pool_figures(segments)],
         "pending_free_bytes": pending.bytes, "pending_free_blocks": pending.blocks,
+        "kinds": kind_totals(segments, kinds),
+        "kinds_at_peak": kind_totals(state_at(analysis, device, peak)[0], kinds), "peak_requested_state": peak,
     }
+
+
+def peak_requested_state(analysis: Analysis, device: int) -> int:
+    """The state (events applied) of most requested bytes in the trace window, the first if several."""
+    n = len(analysis.snapshot.trace_of(device))
+    if n == 0:
+        return 0
+    return int(np.argmax(analysis.replays[device].series["requested"]))
 
 
 def pool_dict(p: PoolFigures) -> dict[str, Any]:
@@ -142,6 +157,22 @@ def site_label(frames: list[Frame]) -> str:
     return f"{chosen.filename}:{chosen.line} {chosen.name}"
 
 
+def _kind_lines(analysis: Analysis, device: int, segments: list[Segment], when: str) -> list[str]:
+    snap = analysis.snapshot
+    kinds = StackKinds(snap.stack_frames)
+    out = [f"  by kind      {_kinds_text(kind_totals(segments, kinds))} ({when})"]
+    if len(snap.trace_of(device)):
+        peak = peak_requested_state(analysis, device)
+        out.append(f"  at the peak  {_kinds_text(kind_totals(state_at(analysis, device, peak)[0], kinds))} "
+                   f"(state after {peak} events, most requested bytes)")
+    return out
+
+
+def _kinds_text(totals: dict[str, int]) -> str:
+    shown = [f"{kind} {format_bytes(size)}" for kind, size in sorted(totals.items(), key=lambda kv: -kv[1]) if size]
+    return ", ".join(shown) or "nothing live"
+
+
 def report_text(analysis: Analysis, at: int | None = None, device: int | None = None) -> str:
     snap = analysis.snapshot
     fmt = snap.format
@@ -183,6 +214,7 @@ def _device_text(analysis: Analysis, device: int, at: int | None) -> list[str]:
                      f"{format_bytes(totals.peak_reserved)}")
     if when != "final state":
         lines.append(f"  exact: {', '.join(EXACT_FIGURES)}; inferred: the rest ({SIZES_NOTE})")
+    lines.extend(_kind_lines(analysis, device, segments, when))
     sites = top_sites(snap, segments)
     if sites:
         lines.append("  top allocation sites by live bytes:")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
 
@@ -48,6 +48,7 @@ class Setting:
 class _Config:
     path: str
     values: dict
+    tables: dict = field(default_factory=dict)  # the file's other tables ([kinds]...), for their own readers
 
 
 def config_path() -> str | None:
@@ -86,7 +87,17 @@ def _read_config(path: str, _mtime: int, _size: int) -> _Config:
     unknown = sorted(set(values) - set(SETTINGS))
     if unknown:
         raise UsageError(f"{path}: unknown setting '{unknown[0][:80]}' (known: {', '.join(SETTINGS)})")
-    return _Config(path, values)
+    tables = {k: v for k, v in data.items() if isinstance(v, dict) and k != "fragviz"}
+    return _Config(path, values, tables)
+
+
+def config_table(name: str) -> dict:
+    """A table of the fragviz.toml in use other than the settings (for example [kinds]); {} when absent."""
+    path = config_path()
+    table = _config().tables.get(name, {})
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: [{name}] must be a table")
+    return table
 
 
 def _data_home() -> str:

@@ -14,6 +14,7 @@ from fragviz.replay.engine import (CHECKPOINT_EVERY, SERIES, build_layout, final
                                    undo_to_start)
 from fragviz.replay.layout import Layout, Mismatch, Sizer, default_sizer
 from fragviz.replay.state import layout_segments, layout_to_arrays, segs_and_blocks
+from fragviz.usage.lifetimes import Lifetimes, lifetimes_of
 
 # Which figures a past state gives exactly, and which it infers (see `Exactness` in the README).
 EXACT_FIGURES = ("reserved_bytes", "requested_bytes", "segments", "allocations")
@@ -65,6 +66,10 @@ class DeviceReplay:
 
     def fragmentation_series(self) -> np.ndarray:
         return per_event(self.series)["fragmentation"]
+
+    def lifetimes(self) -> Lifetimes:
+        """Every allocation of the trace and the states it is live in (the trace's start state included)."""
+        return lifetimes_of(self.trace, self.block_size, self.checkpoints[0])
 
 
 def restore_layout(checkpoints: Mapping[int, dict[str, np.ndarray]], trace: Trace, block_size: np.ndarray,

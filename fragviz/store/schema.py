@@ -23,6 +23,10 @@ Version 2 adds live recording (fragviz attach, the dashboard's live page):
   live_events                       what happened: disconnected, reconnected, restarted (a new pid), oom,
                                     snapshot (with the id of the snapshot taken into the library)
   live_state                        the latest segments per attachment and device (compact JSON), for live pages
+Version 3 adds what holds memory over time:
+  allocations                       per snapshot and device: every allocation of the trace with the states it
+                                    is live in, its sizes, stack, address and times (fragviz.usage.lifetimes),
+                                    columnar; snapshots stored before version 3 have none (read from the trace)
 MIGRATIONS[v] takes a store from version v to v + 1 in one transaction; a store is migrated when opened
 for writing (or, for reading, when its file is writable).
 """
@@ -38,7 +42,7 @@ from fragviz.replay.engine import CHECKPOINT_EVERY
 from fragviz.settings import setting
 from fragviz.units import cut
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CHUNK_EVENTS = CHECKPOINT_EVERY
 
 DDL = """
@@ -150,7 +154,15 @@ CREATE TABLE IF NOT EXISTS live_state (
 );
 """
 
-MIGRATIONS = {1: LIVE_DDL}  # from version 1 to 2
+USAGE_DDL = """
+CREATE TABLE IF NOT EXISTS allocations (
+    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
+    device INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (snapshot_id, device)
+);
+"""
+
+MIGRATIONS = {1: LIVE_DDL, 2: USAGE_DDL}  # MIGRATIONS[v]: from version v to v + 1
 
 
 def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
@@ -274,7 +286,7 @@ def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
     if have is None:  # the tables and their version in one transaction: a reader never sees one without the other
         from fragviz import __version__
 
-        conn.executescript("BEGIN IMMEDIATE;" + DDL + LIVE_DDL
+        conn.executescript("BEGIN IMMEDIATE;" + DDL + LIVE_DDL + USAGE_DDL
                            + f"INSERT OR REPLACE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
                            + f"INSERT OR REPLACE INTO meta VALUES ('created_by', 'fragviz {__version__}');COMMIT;")
     elif have < SCHEMA_VERSION:

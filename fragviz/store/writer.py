@@ -96,6 +96,8 @@ def _insert_device(conn: sqlite3.Connection, sid: int, snap: Snapshot, replay: D
                       for b in bucket_sizes(len(figures["reserved"]))))
     conn.executemany("INSERT INTO checkpoints VALUES (?, ?, ?, ?)",
                      ((sid, device, event, encode_columns(cols)) for event, cols in replay.checkpoints.items()))
+    conn.execute("INSERT INTO allocations VALUES (?, ?, ?)",
+                 (sid, device, encode_columns(replay.lifetimes().columns())))
 
 
 def _insert_final_state(conn: sqlite3.Connection, sid: int, snap: Snapshot, device: int) -> None:

@@ -420,7 +420,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_snapshot(tmp_path):
     conn = connect(copy)
     try:
         assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
-        assert SCHEMA_VERSION == 2
+        assert SCHEMA_VERSION == 3
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert {"live_attachments", "live_samples", "live_events", "live_state"} <= tables
         assert conn.execute("SELECT id, name FROM snapshots").fetchall() == [(1, "cs336silmont_small.pickle")]

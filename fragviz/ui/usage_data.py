@@ -1,0 +1,158 @@
+"""What the "what holds memory" views draw, read through the store's reader: allocations as bands, live
+memory by kind or by site, and the words each band's hover shows. No Dash here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from fragviz.report import site_label
+from fragviz.snapshot.frames import is_user_frame
+from fragviz.store.reader import StoreReader
+from fragviz.units import format_bytes
+from fragviz.usage.bands import Bands, Grid, bands_of, by_group, grid_of
+from fragviz.usage.kinds import KINDS, current_rules
+from fragviz.usage.lifetimes import Lifetimes
+
+TOP_SITES = 9  # sites drawn in colours of their own; the rest share one
+NO_STACK_SITE = "(no stack recorded)"
+OTHER_SITES = "other sites"
+
+
+@dataclass(frozen=True)
+class StackFacts:
+    """Per stack of a snapshot (its local numbering): the allocation site, its kind, and the first user frame."""
+
+    site: np.ndarray  # index into sites; allocations without a stack get the last one, NO_STACK_SITE
+    kind: np.ndarray  # index into KINDS
+    sites: list[str]
+    first_user: list[str]
+
+    def of(self, stacks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Site and kind indices of allocations with these stacks."""
+        known = (stacks >= 0) & (stacks < len(self.site))
+        safe = np.where(known, stacks, 0)
+        site = np.where(known, self.site[safe] if len(self.site) else 0, len(self.sites) - 1)
+        kind = np.where(known, self.kind[safe] if len(self.kind) else 0, KINDS.index("other"))
+        return site.astype(np.int64), kind.astype(np.int64)
+
+
+def stack_facts(reader: StoreReader, sid: int) -> StackFacts:
+    frames, stacks = reader.stacks(sid)
+    user = [is_user_frame(f) for f in frames]
+    labels: dict[str, int] = {}
+    site = np.zeros(len(stacks), np.int64)
+    first_user = []
+    for i, stack in enumerate(stacks):
+        fr = [frames[f] for f in stack]
+        site[i] = labels.setdefault(site_label(fr) if fr else NO_STACK_SITE, len(labels))
+        top = next((frames[f] for f in stack if user[f]), None)
+        first_user.append(f"{top.filename}:{top.line} {top.name}" if top else "")
+    labels.setdefault(NO_STACK_SITE, len(labels))
+    return StackFacts(site, current_rules().kind_indices(frames, stacks), list(labels), first_user)
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    """A device's allocations with their site, colour group and kind: what every view of it starts from."""
+
+    lifetimes: Lifetimes
+    site: np.ndarray  # per allocation: index into facts.sites
+    kind: np.ndarray  # per allocation: index into KINDS
+    group: np.ndarray  # per allocation: its site's colour group
+    group_names: list[str]  # TOP_SITES sites holding the most bytes over time, then OTHER_SITES
+    facts: StackFacts
+
+
+def device_usage(lifetimes: Lifetimes, facts: StackFacts) -> DeviceUsage:
+    site, kind = facts.of(lifetimes.stack)
+    held = lifetimes.size * (np.minimum(lifetimes.end, lifetimes.states) - lifetimes.start)  # byte-states
+    weight = np.bincount(site, weights=held, minlength=len(facts.sites))
+    top = [int(s) for s in np.argsort(-weight, kind="stable")[:TOP_SITES] if weight[s] > 0]
+    of_site = np.full(len(facts.sites), len(top), np.int64)
+    of_site[top] = np.arange(len(top))
+    return DeviceUsage(lifetimes, site, kind, of_site[site], [facts.sites[s] for s in top] + [OTHER_SITES], facts)
+
+
+@dataclass(frozen=True)
+class BandView:
+    """One view of the bands: the buckets, the bands and folded groups, and what each band's hover says."""
+
+    bands: Bands
+    sizes: np.ndarray  # per band (in rows order): its bytes
+    group: np.ndarray  # per band: its site group
+    group_names: list[str]
+    hover: list[str]  # per band
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """Live bytes per group (kinds, or sites) in each bucket's drawn state."""
+
+    grid: Grid
+    values: np.ndarray  # groups x buckets
+    names: list[str]
+    by: str  # "kind" or "site"
+
+
+class UsageViews:
+    """The views of one store, with caches for what does not change (stored snapshots are immutable)."""
+
+    def __init__(self, reader: StoreReader) -> None:
+        self.reader = reader
+        self.facts = lru_cache(maxsize=8)(lambda sid: stack_facts(reader, sid))
+        self.usage = lru_cache(maxsize=4)(self._usage)
+
+    def _usage(self, sid: int, device: int) -> DeviceUsage:
+        return device_usage(self.reader.lifetimes(sid, device), self.facts(sid))
+
+    def bands(self, sid: int, device: int, lo: int = 0, hi: int | None = None) -> BandView:
+        u = self.usage(sid, device)
+        grid = grid_of(u.lifetimes, lo, u.lifetimes.states - 1 if hi is None else hi)
+        bands = bands_of(u.lifetimes, grid, u.group, len(u.group_names))
+        return BandView(bands, u.lifetimes.size[bands.rows], u.group[bands.rows], u.group_names,
+                        [band_hover(u, r) for r in bands.rows.tolist()])
+
+    def groups(self, sid: int, device: int, by: str, lo: int = 0, hi: int | None = None) -> GroupView:
+        u = self.usage(sid, device)
+        grid = grid_of(u.lifetimes, lo, u.lifetimes.states - 1 if hi is None else hi)
+        if by == "kind":
+            return GroupView(grid, by_group(u.lifetimes, grid, u.kind, len(KINDS)), list(KINDS), by)
+        return GroupView(grid, by_group(u.lifetimes, grid, u.group, len(u.group_names)), u.group_names, by)
+
+    def allocation(self, sid: int, device: int, row: int) -> dict:
+        """One allocation's record, for the stack panel."""
+        u = self.usage(sid, device)
+        lt = u.lifetimes
+        return {"stack": int(lt.stack[row]), "hover": band_hover(u, row), "size": int(lt.size[row]),
+                "address": int(lt.address[row])}
+
+
+def band_hover(u: DeviceUsage, row: int) -> str:
+    """The words for one allocation: size, requested size, lifetime in events and time, site, first user frame."""
+    lt = u.lifetimes
+    start, end, last = int(lt.start[row]), int(lt.end[row]), lt.states - 1
+    born = f"event {start - 1}" if start > 0 else "before the trace"
+    dies = f"event {end - 1}" if end <= last else "still live at the end"
+    lines = [f"<b>{format_bytes(int(lt.size[row]))}</b> (requested {format_bytes(int(lt.requested[row]))}) "
+             f"at {int(lt.address[row]):#x}",
+             f"allocated {born}, freed {dies}: live {min(end, last + 1) - start:,} states"
+             + _duration(int(lt.start_us[row]), int(lt.end_us[row])),
+             f"site {_escape(u.facts.sites[int(u.site[row])])}",
+             f"kind {KINDS[int(u.kind[row])]}"]
+    stack = int(lt.stack[row])
+    if 0 <= stack < len(u.facts.first_user) and u.facts.first_user[stack]:
+        lines.append(f"first user frame {_escape(u.facts.first_user[stack])}")
+    return "<br>".join(lines)
+
+
+def _duration(start_us: int, end_us: int) -> str:
+    if start_us < 0 or end_us < 0:
+        return ""
+    seconds = (end_us - start_us) / 1e6
+    return f", {seconds * 1000:.3g} ms" if seconds < 1 else f", {seconds:.3g} s"
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
