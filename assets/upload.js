@@ -1,4 +1,4 @@
-// The library's upload area: a file input added to #upload, each file POSTed to /api/snapshots with its
+// The library's upload area: a hidden file input added to #upload, each file POSTed to /api/snapshots with its
 // progress shown, then a link to its view or the loader's one-line error. Text is set with textContent only.
 (function () {
   "use strict";
@@ -15,6 +15,9 @@
     zone.appendChild(input);
     input.addEventListener("change", function () { uploadAll(input.files).then(function () { input.value = ""; }); });
     zone.addEventListener("click", function (e) { if (e.target !== input) { input.click(); } });
+    zone.addEventListener("keydown", function (e) {
+      if (e.target === zone && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); input.click(); }
+    });
     zone.addEventListener("dragover", function (e) { e.preventDefault(); zone.classList.add("fv-drag"); });
     zone.addEventListener("dragleave", function () { zone.classList.remove("fv-drag"); });
     zone.addEventListener("drop", function (e) {
@@ -33,6 +36,13 @@
       var refresh = document.getElementById("upload-done");
       if (refresh) { refresh.click(); }
     });
+  }
+
+  // The row already names the file: show the error without the "NAME: " it starts with (the server's name).
+  function problemOf(body) {
+    var error = body.error || "";
+    var prefix = body.file ? body.file + ": " : null;
+    return prefix && error.indexOf(prefix) === 0 ? error.slice(prefix.length) : error;
   }
 
   function uploadOne(file, results) {
@@ -73,7 +83,7 @@
           status.appendChild(link);
           row.classList.add("fv-ok");
         } else {
-          status.textContent = body.error || ("upload failed: HTTP " + xhr.status);
+          status.textContent = problemOf(body) || ("upload failed: HTTP " + xhr.status);
           row.classList.add("fv-bad");
         }
         resolve();

@@ -239,12 +239,13 @@ def state_json(segments, figures, event: int, device: int) -> dict[str, Any]:
 
 def ingest_answer(result: IngestResult) -> tuple[Any, int, dict[str, str]]:
     """An ingest result as HTTP: a bad file is 422, a store busy with another writer 503 (try again)."""
+    failed = {"error": result.error, "file": result.file}  # the error names the file: "FILE: problem"
     if result.status == "busy":
-        return jsonify({"error": result.error}), 503, {"Retry-After": RETRY_AFTER}
+        return jsonify(failed), 503, {"Retry-After": RETRY_AFTER}
     if result.status == "error":
-        return jsonify({"error": result.error}), 422, {}
+        return jsonify(failed), 422, {}
     if result.id is None:  # the store could not be written (507), or a fragviz bug (500)
-        return jsonify({"error": result.error}), 507 if result.status == "store_error" else 500, {}
+        return jsonify(failed), 507 if result.status == "store_error" else 500, {}
     return jsonify({"id": result.id, "status": result.status}), 201 if result.status == "ingested" else 200, {}
 
 

@@ -48,7 +48,9 @@ def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: in
     when = "t+%{x:.3f} s, event %{customdata}" if timed else (
         "event %{x}, t+%{customdata:.3f} s" if seconds is not None else "event %{x}")
     fig = go.Figure()
-    _add_spans(fig, spans, tl.get("t0_us") if timed else None)
+    extent = (float(x_range[0]), float(x_range[1])) if x_range else (
+        (float(x[0]), float(x[-1])) if len(x) else (0.0, 1.0))
+    _add_spans(fig, spans, tl.get("t0_us") if timed else None, extent)
     for key, label in LABELS.items():
         hi = np.asarray(tl[key + "_max"]) / scale
         lo = np.asarray(tl[key + "_min"]) / scale
@@ -88,9 +90,12 @@ SPAN_COLOR = "rgba(86, 180, 233, 0.16)"
 SPAN_ROWS = 3  # label rows, so that the names of neighbouring spans do not write over each other
 
 
-def _add_spans(fig: go.Figure, spans: Sequence[AnnotationSpan], t0_us: int | None) -> None:
+def _add_spans(fig: go.Figure, spans: Sequence[AnnotationSpan], t0_us: int | None,
+               extent: tuple[float, float]) -> None:
     """Each span a shaded band over the plot's height (the fragmentation axis runs 0..1) with its name at the
-    top; one legend entry for them all. `t0_us` given: placed by their own times in seconds, else by event."""
+    top, written leftwards from its end when it starts in the last fifth of `extent` (the x range drawn), so
+    that it stays inside the plot; one legend entry for them all. `t0_us` given: placed by their own times in
+    seconds, else by event."""
     if not spans:
         return
     ends = [((s.start_us - t0_us) / 1e6, (s.end_us - t0_us) / 1e6) if t0_us is not None else
@@ -107,8 +112,11 @@ def _add_spans(fig: go.Figure, spans: Sequence[AnnotationSpan], t0_us: int | Non
     text = [_escape(s.name if len(s.name) <= 40 else s.name[:39] + "…") for s in spans]
     hover = [f"{_escape(s.name)}: events {s.start_event}–{s.end_event}, {(s.end_us - s.start_us) / 1e3:.3f} ms"
              + ("" if s.closed else " (no END recorded)") for s in spans]
-    fig.add_trace(go.Scatter(x=[a for a, _ in ends], y=rows, yaxis="y2", mode="text", text=text,
-                             textposition="middle right", textfont=dict(size=11, color="#1F4E79"),
+    lo, hi = extent
+    late = [hi > lo and (a - lo) / (hi - lo) > 0.8 for a, _ in ends]
+    fig.add_trace(go.Scatter(x=[min(b, hi) if right else a for (a, b), right in zip(ends, late)], y=rows,
+                             yaxis="y2", mode="text", text=text, textfont=dict(size=11, color="#1F4E79"),
+                             textposition=["middle left" if right else "middle right" for right in late],
                              customdata=[s.start_event for s in spans] if t0_us is not None else None,
                              hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", showlegend=False,
                              legendgroup="spans", name="annotated spans"))
@@ -176,7 +184,7 @@ def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int
             color=colors[name], line=dict(color="#FFFFFF", width=0.5)), hovertext=text, hoverinfo="text",
             customdata=[f"{a}:{b}" for a, b in zip(si, bi)]))
     folded = len(segments) - len(order)
-    top = 74 if folded else 50
+    top = 50 if own_axis else 30
     # The rows in our order: a category axis otherwise orders rows by first appearance in the traces, and
     # segments without a live block (only in the last, "free", trace) sank to the bottom.
     fig.update_layout(barmode="overlay", height=max(220, 22 * len(order) + top + (40 if own_axis else 10)),
@@ -188,8 +196,8 @@ def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int
                       hovermode="closest")
     if folded:
         fig.add_annotation(text=f"{folded} smaller segments folded: showing the {len(order)} largest of "
-                           f"{len(segments)}", xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", yshift=24,
-                           xanchor="left", showarrow=False, name="folded")
+                           f"{len(segments)}", xref="paper", yref="paper", x=1, y=1.0, yanchor="bottom",
+                           xanchor="right", showarrow=False, name="folded")
     return fig
 
 
@@ -215,7 +223,7 @@ def segment_axis_figure(segments: list[Segment], max_rows: int | None = 120) -> 
     longest = max((_segment_label(segments[i]) for i in order), key=len, default="")
     fig = go.Figure(go.Scatter(x=[0], y=[longest], mode="markers", marker=dict(opacity=0), hoverinfo="skip",
                                showlegend=False))
-    fig.update_layout(height=62, margin=dict(l=10, r=20, t=44, b=2), plot_bgcolor="rgba(0,0,0,0)",
+    fig.update_layout(height=50, margin=dict(l=10, r=20, t=44, b=2), plot_bgcolor="rgba(0,0,0,0)",
                       paper_bgcolor="#FFFFFF", showlegend=False,
                       xaxis=dict(axis, side="top", fixedrange=True, showgrid=False, ticks="outside", zeroline=False),
                       yaxis=dict(type="category", automargin=True, fixedrange=True, showgrid=False,
@@ -288,10 +296,13 @@ def gap_histogram_figure(gaps: list[int], mark: int | None, largest: int, mark_l
             inside = lo <= where <= hi + 1
             if inside:
                 fig.add_vline(x=where, line=dict(color=COLORS["oom"], width=2, dash="dash"))
-            title += (f"<br><span style='color:{COLORS['oom']}'>{mark_label} {format_bytes(mark)}"
-                      f"{' (dashed line)' if inside else ', beyond the gaps drawn'}</span>")
-    fig.update_layout(title=dict(text=title, font=dict(size=13), x=0, xanchor="left", y=0.98, yanchor="top"),
-                      height=320, margin=dict(l=50, r=60, t=84, b=40), xaxis=xaxis,
+            # on the legend's row, at the left: off the bars and the ticks
+            fig.add_annotation(text=f"{mark_label} {format_bytes(mark)}"
+                               f"{' (dashed line)' if inside else ', beyond the gaps drawn'}", name="mark",
+                               xref="paper", yref="paper", x=0, xanchor="left", y=1.02, yanchor="bottom",
+                               showarrow=False, font=dict(color=COLORS["oom"]))
+    fig.update_layout(title=dict(text=title, font=dict(size=13), x=0, xanchor="left", xref="paper"),
+                      height=320, margin=dict(l=50, r=60, t=64, b=40), xaxis=xaxis,
                       yaxis=dict(title="gaps", rangemode="tozero", automargin=True),
                       yaxis2=dict(title="MiB", overlaying="y", side="right", showgrid=False, rangemode="tozero",
                                   automargin=True),
@@ -316,42 +327,91 @@ def _pow2_ticks(lo: int, hi: int, most: int = 7) -> list[int]:
 
 
 def icicle_figure(weights: dict[tuple[Frame, ...], int], max_depth: int = 10) -> go.Figure:
-    """Live bytes by stack, root first: where in the program the memory was allocated."""
-    ids, parents, labels, values = ["root"], [""], ["all"], [sum(weights.values())]
-    index: dict[tuple, str] = {(): "root"}
-    for stack, size in sorted(weights.items(), key=lambda kv: -kv[1]):
+    """Live bytes by stack (frames innermost first, as recorded), drawn root first: where in the program the
+    memory was allocated.
+
+    The frames every stack shares are folded into the root's label, so that the first level drawn is the first
+    branch; `max_depth` levels are drawn below it. Bytes of a stack that ends where others go on stay in its
+    node (a parent's box wider than its children's).
+    """
+    stacks = {tuple(reversed(stack)): size for stack, size in weights.items()}
+    shared = _shared_prefix(list(stacks))
+    ids, parents, values = ["root"], [""], [sum(stacks.values())]
+    labels, hover = [_root_label(shared)], [_root_hover(shared)]
+    index: dict[tuple, int] = {(): 0}
+    for stack, size in sorted(stacks.items(), key=lambda kv: -kv[1]):
         path: tuple = ()
-        for frame in list(reversed(stack))[:max_depth]:
+        for frame in stack[len(shared):len(shared) + max_depth]:
             parent = index[path]
             path = path + (frame,)
             node = index.get(path)
             if node is None:
-                node = index[path] = f"n{len(ids)}"
-                ids.append(node)
-                parents.append(parent)
+                node = index[path] = len(ids)
+                ids.append(f"n{node}")
+                parents.append(ids[parent])
                 labels.append(_escape(f"{frame.name} ({frame.filename.rsplit('/', 1)[-1]}:{frame.line})"))
+                hover.append(_escape(_frame_text(frame)))
                 values.append(0)
-            values[ids.index(node)] += size
+            values[node] += size
     fig = go.Figure(go.Icicle(ids=ids, parents=parents, labels=labels, values=values, branchvalues="total",
-                              hovertemplate="%{label}<br>%{value:,} bytes<extra></extra>",
+                              hovertext=hover, hovertemplate="%{hovertext}<br>%{value:,} bytes<extra></extra>",
                               marker=dict(colorscale="Blues"), root=dict(color="#DDDDDD")))
     fig.update_layout(height=360, margin=dict(l=10, r=10, t=10, b=10))
     return fig
 
 
-def overlay_figure(recorded: dict[str, Any], simulated: dict[str, Any] | None, label: str) -> go.Figure:
-    """Reserved bytes and fragmentation of the recorded run and of a simulated one, over the same events."""
+def _shared_prefix(stacks: list[tuple[Frame, ...]]) -> tuple[Frame, ...]:
+    """The frames all root-first `stacks` start with; short of the whole of the longest, so something is drawn."""
+    if not stacks:
+        return ()
+    first, n = stacks[0], min(len(s) for s in stacks)
+    k = next((i for i in range(n) if any(s[i] != first[i] for s in stacks)), n)
+    return first[:min(k, max(len(s) for s in stacks) - 1)]
+
+
+def _frame_text(frame: Frame) -> str:
+    return f"{frame.filename}:{frame.line} {frame.name}"
+
+
+def _root_label(shared: tuple[Frame, ...]) -> str:
+    if not shared:
+        return "all"
+    short = [_escape(f"{f.filename.rsplit('/', 1)[-1]}:{f.line} {f.name}") for f in shared]
+    chain = " → ".join(short) if len(short) <= 2 else f"{short[0]} → … → {short[-1]}"
+    return f"all (via {chain})"
+
+
+def _root_hover(shared: tuple[Frame, ...]) -> str:
+    if not shared:
+        return "all live blocks with a recorded stack"
+    frames = "<br>".join(_escape(_frame_text(f)) for f in shared)
+    return f"all live blocks with a recorded stack, through {len(shared)} shared frames (outermost first):<br>{frames}"
+
+
+RUN_COLORS = {"recorded": "#E69F00", "simulated": "#0072B2"}  # one colour per run; the figure by line style
+MAX_OOM_LINES = 50
+
+
+def overlay_figure(recorded: dict[str, Any], simulated: dict[str, Any] | None, label: str,
+                   recorded_ooms: Sequence[int] = ()) -> go.Figure:
+    """Reserved bytes (solid) and fragmentation (dotted) of the recorded run and of a simulated one, over the
+    same events, each run in its own colour; a dashed line at each recorded OOM (`recorded_ooms`: the trace
+    indices of its `oom` events, the first labelled)."""
     top = max(float(np.max(recorded["reserved_max"])) if len(recorded["reserved_max"]) else 0.0,
               float(np.max(simulated["reserved_max"])) if simulated and len(simulated["reserved_max"]) else 0.0)
     scale, unit = unit_for(top)
     fig = go.Figure()
-    for run, name, dash in ((recorded, "recorded", None), (simulated, label, "dash")):
+    for run, name, color in ((recorded, "recorded", RUN_COLORS["recorded"]), (simulated, label, RUN_COLORS["simulated"])):
         if not run:
             continue
         fig.add_trace(go.Scatter(x=run["start"], y=np.asarray(run["reserved_max"]) / scale, name=f"reserved, {name}",
-                                   line=dict(color=COLORS["reserved"], dash=dash)))
+                                   line=dict(color=color, width=2)))
         fig.add_trace(go.Scatter(x=run["start"], y=run["fragmentation_max"], name=f"fragmentation, {name}",
-                                   yaxis="y2", line=dict(color=COLORS["fragmentation"], dash=dash, width=1)))
+                                   yaxis="y2", line=dict(color=color, dash="dot", width=1.5)))
+    for i, k in enumerate(list(recorded_ooms)[:MAX_OOM_LINES]):
+        named = {"annotation": dict(text=f"recorded OOM (event {k})", font=dict(color=COLORS["oom"]),
+                                    xanchor="right", yanchor="top")} if i == 0 else {}
+        fig.add_vline(x=k, line=dict(color=COLORS["oom"], width=1.5, dash="dash"), **named)
     fig.update_layout(height=360, margin=dict(l=60, r=60, t=30, b=40), xaxis=dict(title="workload event"),
                       yaxis=dict(title=unit, rangemode="tozero"), legend=dict(orientation="h", y=1.15),
                       yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], **FRACTION_TICKS))

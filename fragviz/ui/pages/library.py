@@ -13,9 +13,11 @@ def layout(ctx) -> html.Div:
         header(),
         html.Main(className="fv-main", children=[
             card("Add snapshots",
-                 html.Div(id=ids.UPLOAD, className="fv-upload", children=[
-                     # assets/upload.js adds the file input and sends each file to POST /api/snapshots,
-                     # streaming it (no base64 round trip) and showing its progress.
+                 html.Div(id=ids.UPLOAD, className="fv-upload", tabIndex="0", role="button",
+                          **{"aria-label": "add snapshot files: drop them here, or press to choose"}, children=[
+                     # assets/upload.js adds a hidden file input and sends each file to POST /api/snapshots,
+                     # streaming it (no base64 round trip) and showing its progress. The whole area is the one
+                     # control: a click (or Enter) opens the file chooser, a drop takes the files.
                      html.P(["Drop snapshot files here, or ", html.Span("choose files", className="fv-choose")],
                             className="fv-upload-label"),
                      html.P("torch.cuda.memory._dump_snapshot() pickles (.pickle, .pkl), gzip (.gz) or JSON; "
@@ -39,11 +41,26 @@ def table(ctx) -> html.Table | html.P:
         e = snapshot_entry(row)
         body.append(html.Tr([
             html.Td(dcc.Link(row.name.rsplit("/", 1)[-1], href=f"/snapshots/{row.id}", title=row.name)),
-            html.Td(", ".join(map(str, e["devices"])) or "none"), html.Td(fb(e["file_size"])),
+            html.Td(devices_text(e["devices"])), html.Td(fb(e["file_size"])),
             html.Td(fb(e["reserved_bytes"])), html.Td(fb(e["peak_reserved_bytes"])),
             html.Td(str(e["ooms"]), className="fv-oom" if e["ooms"] else ""), html.Td(str(e["warnings"])),
             html.Td(e["added_at"].replace("T", " ")[:16])]))
     return html.Table(className="fv-table", children=[head, html.Tbody(body)])
+
+
+def devices_text(devices: list[int]) -> str:
+    """How many devices and which: '1 (cuda:0)', '4 (cuda:0–3)', '2 (cuda:0, cuda:2)'; a bare index would read
+    as a count ('0' devices)."""
+    if not devices:
+        return "none"
+    runs: list[list[int]] = []
+    for d in sorted(devices):
+        if runs and d == runs[-1][-1] + 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    names = [f"cuda:{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(f"cuda:{d}" for d in r) for r in runs]
+    return f"{len(devices)} ({', '.join(names)})"
 
 
 def register(app, ctx) -> None:

@@ -130,4 +130,5 @@ def register(app, app_ctx) -> None:
         if curve is None:
             return _result_panel(result), no_update, True
         recorded = app_ctx.reader.timeline(sid_of(pathname), device, max_points=MAX_POINTS)
-        return _result_panel(result), figures.overlay_figure(recorded, curve, result["alloc_conf"]), True
+        ooms = [o["event"] for o in result["recorded"]["ooms"]]
+        return _result_panel(result), figures.overlay_figure(recorded, curve, result["alloc_conf"], ooms), True
