@@ -28,6 +28,14 @@ def is_user_frame(frame: Frame) -> bool:
     return "/torch/" not in fn and not fn.startswith("<frozen")
 
 
+def visible_frames(frames: tuple[Frame, ...] | list[Frame], show_all: bool) -> tuple[Frame, ...]:
+    """The frames a stack is shown with: all of them, or its user frames (all where it has none, so that a
+    stack of only PyTorch-internal or C++ frames still shows something)."""
+    if show_all:
+        return tuple(frames)
+    return tuple(f for f in frames if is_user_frame(f)) or tuple(frames)
+
+
 class StackInterner:
     """Maps frame lists to stack ids, deduplicating frames and stacks by content.
 

@@ -349,14 +349,15 @@ def icicle_figure(weights: dict[tuple[Frame, ...], int], max_depth: int = 10) ->
                 node = index[path] = len(ids)
                 ids.append(f"n{node}")
                 parents.append(ids[parent])
-                labels.append(_escape(f"{frame.name} ({frame.filename.rsplit('/', 1)[-1]}:{frame.line})"))
+                labels.append(_escape(_frame_label(frame)))
                 hover.append(_escape(_frame_text(frame)))
                 values.append(0)
             values[node] += size
     fig = go.Figure(go.Icicle(ids=ids, parents=parents, labels=labels, values=values, branchvalues="total",
                               hovertext=hover, hovertemplate="%{hovertext}<br>%{value:,} bytes<extra></extra>",
-                              marker=dict(colorscale="Blues"), root=dict(color="#DDDDDD")))
-    fig.update_layout(height=360, margin=dict(l=10, r=10, t=10, b=10))
+                              marker=dict(colorscale="Blues"), root=dict(color="#DDDDDD"),
+                              tiling=dict(orientation="v")))  # root on top, across the width: its label fits
+    fig.update_layout(height=420, margin=dict(l=10, r=10, t=10, b=10))
     return fig
 
 
@@ -369,8 +370,13 @@ def _shared_prefix(stacks: list[tuple[Frame, ...]]) -> tuple[Frame, ...]:
     return first[:min(k, max(len(s) for s in stacks) - 1)]
 
 
+def _frame_label(frame: Frame) -> str:
+    """A box's label: function (file:line); a pseudo-frame without a file (a group of frames) by its name."""
+    return f"{frame.name} ({frame.filename.rsplit('/', 1)[-1]}:{frame.line})" if frame.filename else frame.name
+
+
 def _frame_text(frame: Frame) -> str:
-    return f"{frame.filename}:{frame.line} {frame.name}"
+    return f"{frame.filename}:{frame.line} {frame.name}" if frame.filename else frame.name
 
 
 def _root_label(shared: tuple[Frame, ...]) -> str:

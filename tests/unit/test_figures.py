@@ -68,7 +68,7 @@ def test_gap_histogram_buckets_by_log2_size():
     assert "6.00 MiB" in fig.layout.title.text
     # bucket e (2**e to 2**(e+1) bytes) is drawn over e..e+1 on a log2 axis: 512 B is 9, 4 MiB is 22
     assert list(fig.data[0].x) == [e + 0.5 for e in range(9, 23)] and list(fig.layout.xaxis.range) == [9, 23]
-    assert fig.layout.shapes[0].x0 == 22.0 and "request 4.00 MiB (dashed line)" in fig.layout.title.text
+    assert fig.layout.shapes[0].x0 == 22.0 and fig.layout.annotations[0].text == "request 4.00 MiB (dashed line)"
 
 
 def test_icicle_values_add_up():
@@ -76,8 +76,11 @@ def test_icicle_values_add_up():
     fig = figures.icicle_figure({(f2, f1): 10, (f3, f1): 5, (f1,): 1})
     values = dict(zip(fig.data[0].ids, fig.data[0].values))
     assert values["root"] == 16
-    main = fig.data[0].ids[fig.data[0].labels.index("main (a.py:1)")]
-    assert values[main] == 16
+    # main, shared by every stack, is folded into the root: layer and other are the first level drawn
+    assert fig.data[0].labels[0] == "all (via a.py:1 main)"
+    by_label = dict(zip(fig.data[0].labels, fig.data[0].values))
+    assert by_label["layer (b.py:2)"] == 10 and by_label["other (c.py:3)"] == 5
+    assert set(fig.data[0].parents[1:]) == {"root"}
 
 
 def test_timeline_by_time_carries_events_in_customdata():

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import numpy as np
-from dash import Input, Output, State, ctx as dash_ctx, dash_table, dcc, html, no_update
+from dash import ClientsideFunction, Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from fragviz.errors import FragvizError
 from fragviz.metrics import PoolFigures, pending_frees, pool_figures, pool_of
 from fragviz.model import Segment
-from fragviz.snapshot.frames import is_user_frame
+from fragviz.snapshot.frames import is_user_frame, visible_frames
 from fragviz.ui import figures, ids
+from fragviz.ui.pages import usage
 from fragviz.ui.data import gaps_of
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int, verdict_card
+from fragviz.ui.sites import icicle_note, icicle_weights, no_trace_note, peak_info, sites_rows, sites_table
 
 GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": True}
 SEGMENT_ROWS = 120  # segments drawn before the smallest are folded
@@ -57,6 +59,8 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
     except FragvizError as exc:
         return html.Div([header(), html.Main(className="fv-main", children=[error_panel(str(exc))])])
     fmt = meta["format"]
+    if not row.devices:
+        return empty_page(row, meta)
     controls = html.Div(className="fv-controls", children=[
         html.Label(["device ", dcc.Dropdown(id=ids.DEVICE, options=[{"label": str(d), "value": d} for d in row.devices],
                                             value=device, clearable=False, className="fv-device")]),
@@ -69,7 +73,7 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
         dcc.Link("compare…", href=f"/compare?a={sid}", className="fv-action"),
     ])
     return html.Div([
-        dcc.Location(id=ids.SNAPSHOT_URL, refresh="callback-nav"), dcc.Store(id="sites-trigger"),
+        dcc.Location(id=ids.SNAPSHOT_URL, refresh="callback-nav"), dcc.Store(id="sites-trigger"), dcc.Store(id=ids.STACK_SOURCE),
         header(),
         html.Main(className="fv-main", children=[
             html.H2(row.name.rsplit("/", 1)[-1], title=row.name),
@@ -77,12 +81,8 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
                    f"{', gzip' if fmt.compression else ''} · {fb(row.file_size)} · {n} trace events on device "
                    f"{device}", className="fv-sub"),
             controls,
-            card("Memory over the trace",
-                 dcc.RadioItems(id=ids.TIMELINE_AXIS, value="event", inline=True, className="fv-axis",
-                                options=[{"label": " by event ", "value": "event"},
-                                         {"label": " by time", "value": "time",
-                                          "disabled": "time_us" not in fmt.features}]),
-                 dcc.Graph(id=ids.TIMELINE, figure=timeline(app_ctx, sid, device, event), config=GRAPH_CONFIG)),
+            timeline_card(app_ctx, sid, device, event, n, fmt),
+            *usage.cards(n),
             html.Div(className="fv-row", children=[
                 card("Segments at the selected event",
                      dcc.Checklist(id=ids.SEGMENT_MAP_ALL, value=[], className="fv-fold",
@@ -92,11 +92,11 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
                          dcc.Graph(id=ids.SEGMENT_AXIS, className="fv-sticky-axis",
                                    config={"displayModeBar": False, "staticPlot": True}),
                          dcc.Graph(id=ids.SEGMENT_MAP, config={"displaylogo": False})]), class_name="fv-wide"),
-                card("Stack of the clicked block",
+                card("Stack of the clicked block or allocation",
                      dcc.Checklist(id=ids.STACK_ALL, options=[{"label": " show PyTorch-internal and C++ frames",
                                                                "value": "all"}], value=[]),
                      html.Div(id=ids.STACK_TRACE, className="fv-stack",
-                              children=html.P("Click a block in the segment map.")), class_name="fv-narrow"),
+                              children=html.P("Click a block in the segment map or a band of the allocations above.")), class_name="fv-narrow"),
             ]),
             html.Div(className="fv-row", children=[
                 card("Free gaps", dcc.Graph(id=ids.GAP_HISTOGRAM, config={"displaylogo": False}),
@@ -105,28 +105,46 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
                 card("Why it ran out of memory", dcc.Loading(html.Div(id=ids.OOM_VERDICT))),
             ]),
             html.Div(className="fv-row", children=[
-                card("Top allocation sites at the event", sites_table(ids.SITES_NOW)),
-                card("Top allocation sites at the peak", dcc.Loading(sites_table(ids.SITES_PEAK))),
+                card("Top allocation sites at the event", sites_table(ids.SITES_NOW), class_name="fv-sites"),
+                card("Top allocation sites at the peak", dcc.Loading([html.Div(id=ids.SITES_PEAK_INFO),
+                                                                      sites_table(ids.SITES_PEAK)]),
+                     class_name="fv-sites"),
             ]),
-            card("Memory by stack at the event", dcc.Graph(id=ids.ICICLE, config={"displaylogo": False})),
+            card("Memory by stack at the event",
+                 html.P("Stacks as the block's stack above shows them: PyTorch-internal and C++ frames hidden "
+                        "unless its box is ticked; the frames all stacks share folded into the top box.",
+                        className="fv-hint"), html.Div(id=ids.ICICLE_NOTE),
+                 dcc.Graph(id=ids.ICICLE, config={"displaylogo": False})),
             card("Allocator settings and capture health", health(meta), id=ids.HEALTH),
         ]),
     ])
 
 
-def sites_table(table_id: str) -> dash_table.DataTable:
-    return dash_table.DataTable(id=table_id, columns=[{"name": "allocation site", "id": "site"},
-                                                      {"name": "live", "id": "live"},
-                                                      {"name": "bytes", "id": "bytes", "type": "numeric"},
-                                                      {"name": "blocks", "id": "blocks", "type": "numeric"}],
-                                sort_action="native", page_size=12, style_cell={"textAlign": "left",
-                                                                                 "fontFamily": "inherit",
-                                                                                 "whiteSpace": "normal"},
-                                style_table={"overflowX": "auto"})
+def timeline_card(app_ctx, sid: int, device: int, event: int, n: int, fmt) -> html.Section:
+    """The timeline; where the device has no trace, a note that says so in its place (the graph and the axis
+    switch stay, hidden: the page's callbacks read them)."""
+    note = no_trace_note(n, "segments_list" in fmt.features)
+    hidden = {"display": "none"} if n == 0 else {}
+    return card("Memory over the trace", html.Div(note, id=ids.TIMELINE_NOTE), html.Div(style=hidden, children=[
+        dcc.RadioItems(id=ids.TIMELINE_AXIS, value="event", inline=True, className="fv-axis",
+                       options=[{"label": " by event ", "value": "event"},
+                                {"label": " by time", "value": "time", "disabled": "time_us" not in fmt.features}]),
+        dcc.Graph(id=ids.TIMELINE, figure=timeline(app_ctx, sid, device, event), config=GRAPH_CONFIG)]))
 
 
-def sites_rows(rows: list[dict]) -> list[dict]:
-    return [{"site": r["site"], "live": fb(r["bytes"]), "bytes": r["bytes"], "blocks": r["blocks"]} for r in rows]
+def empty_page(row, meta: dict) -> html.Div:
+    """A snapshot with no device at all: nothing to select or draw, so no controls; what it holds and why."""
+    fmt = meta["format"]
+    return html.Div([header(), html.Main(className="fv-main", children=[
+        html.H2(row.name.rsplit("/", 1)[-1], title=row.name),
+        html.P(f"format {fmt.generation} ({fmt.torch_estimate}), {fmt.encoding} · {fb(row.file_size)}",
+               className="fv-sub"),
+        card("Memory over the trace", html.Div(id=ids.TIMELINE_NOTE, children=html.P(
+            "This snapshot is empty: it holds no segment and no trace event on any device. It was taken before "
+            "anything was allocated on a CUDA device (or after torch.cuda.empty_cache() returned every segment) "
+            "with no memory history recorded. There is nothing to draw."))),
+        card("Allocator settings and capture health", health(meta), id=ids.HEALTH),
+    ])])
 
 
 def health(meta: dict) -> html.Div:
@@ -165,7 +183,7 @@ def _seconds(app_ctx, sid: int, device: int, events: list[int]) -> list[float] |
     return None if m is None else [float(v) for v in np.interp(events, m[0], m[1])]
 
 
-def _events(app_ctx, sid: int, device: int, seconds: list[float]) -> list[int]:
+def events_at_seconds(app_ctx, sid: int, device: int, seconds: list[float]) -> list[int]:
     m = _time_map(app_ctx, sid, device)
     if m is None:
         return [int(s) for s in seconds]
@@ -175,7 +193,7 @@ def _events(app_ctx, sid: int, device: int, seconds: list[float]) -> list[int]:
 def _frames_view(frames, show_all: bool) -> html.Div:
     if not frames:
         return html.P("No stack was recorded for this block (record history with context='all').")
-    shown = [f for f in frames if show_all or is_user_frame(f)] or list(frames)
+    shown = visible_frames(frames, show_all)
     hidden = len(frames) - len(shown)
     lines = [html.Li([html.Code(f.name), html.Span(f"  {f.filename}:{f.line}", className="fv-file-line")],
                      className="fv-user" if is_user_frame(f) else "") for f in shown]
@@ -231,13 +249,17 @@ def register(app, app_ctx) -> None:
         "function(info) { return new Promise(resolve => setTimeout(() => resolve(info), 120)); }",
         Output("sites-trigger", "data"), Input(ids.EVENT_INFO, "children"))
 
-    @app.callback(Output(ids.SITES_NOW, "data"), Output(ids.ICICLE, "figure"), Input("sites-trigger", "data"),
-                  State(ids.SNAPSHOT_URL, "pathname"), State(ids.SNAPSHOT_URL, "search"))
-    def draw_sites(_, pathname, search):
+    @app.callback(Output(ids.SITES_NOW, "data"), Output(ids.SITES_NOW, "tooltip_data"), Output(ids.ICICLE, "figure"),
+                  Output(ids.ICICLE, "style"), Output(ids.ICICLE_NOTE, "children"), Input("sites-trigger", "data"),
+                  Input(ids.STACK_ALL, "value"), State(ids.SNAPSHOT_URL, "pathname"), State(ids.SNAPSHOT_URL, "search"))
+    def draw_sites(_, show_all, pathname, search):
+        # The icicle follows the stack panel's frame filter: its checkbox redraws it
         sid, device, event, _n = view_of(app_ctx, pathname, search)
         segments, _, _ = app_ctx.views.state(sid, device, event)
-        sites = sites_rows(app_ctx.views.top_sites(sid, segments))
-        return sites, figures.icicle_figure(app_ctx.views.stack_weights(sid, segments, limit=60), max_depth=8)
+        sites, tips = sites_rows(app_ctx.views.top_sites(sid, segments))
+        weights = icicle_weights(app_ctx.views.stack_weights(sid, segments, limit=60), "all" in (show_all or []))
+        fig = figures.icicle_figure(weights, max_depth=8) if weights else {}
+        return sites, tips, fig, {} if weights else {"display": "none"}, icicle_note(segments, weights)
 
     # The axis switch is a callback of its own: a relayout fired while it is in flight (Plotly reports one
     # after most redraws) would otherwise supersede its request, and the page would drop the new axis.
@@ -257,12 +279,16 @@ def register(app, app_ctx) -> None:
         if "xaxis.range[0]" in relayout:
             ends = [relayout["xaxis.range[0]"], relayout["xaxis.range[1]"]]
             if axis == "time":
-                ends = _events(app_ctx, sid, device, ends)
+                ends = events_at_seconds(app_ctx, sid, device, ends)
             lo, hi = int(max(0, ends[0])), int(min(n, ends[1]) + 1)
             return timeline(app_ctx, sid, device, event, lo, max(lo + 1, hi), axis)
         if relayout.get("xaxis.autorange"):
             return timeline(app_ctx, sid, device, event, axis=axis)
         return no_update
+
+    # The segment map's size axis, drawn apart so that it stays in sight, follows the map's zoom (assets/).
+    app.clientside_callback(ClientsideFunction("fragviz", "syncSegmentAxis"), Output(ids.SEGMENT_AXIS, "className"),
+                            Input(ids.SEGMENT_MAP, "relayoutData"), prevent_initial_call=True)
 
     # The selected event's line moves in the browser: no round trip, and the segment map is not kept waiting.
     app.clientside_callback(
@@ -286,34 +312,49 @@ def register(app, app_ctx) -> None:
         }""",
         Output(ids.TIMELINE, "className"), Input(ids.EVENT_INFO, "children"), prevent_initial_call=True)
 
-    @app.callback(Output(ids.STACK_TRACE, "children"), Input(ids.SEGMENT_MAP, "clickData"),
-                  Input(ids.STACK_ALL, "value"), State(ids.SNAPSHOT_URL, "pathname"), State(ids.SNAPSHOT_URL, "search"),
-                  prevent_initial_call=True)
-    def show_stack(click, show_all, pathname, search):
-        point = (click or {}).get("points", [{}])[0]
-        if "customdata" not in point:
-            return no_update
+    @app.callback(Output(ids.STACK_TRACE, "children"), Output(ids.STACK_SOURCE, "data"),
+                  Input(ids.SEGMENT_MAP, "clickData"), Input(ids.ALLOC_BANDS, "clickData"),
+                  Input(ids.STACK_ALL, "value"), State(ids.STACK_SOURCE, "data"), State(ids.SNAPSHOT_URL, "pathname"),
+                  State(ids.SNAPSHOT_URL, "search"), prevent_initial_call=True)
+    def show_stack(block_click, band_click, show_all, source, pathname, search):
+        # The panel shows the last thing clicked: a block of the segment map or a band of the allocation view
+        trigger = dash_ctx.triggered_id
+        if trigger in (ids.SEGMENT_MAP, ids.ALLOC_BANDS):
+            point = ((block_click if trigger == ids.SEGMENT_MAP else band_click) or {}).get("points", [{}])[0]
+            if "customdata" not in point:
+                return no_update, no_update
+            source = {"kind": "block" if trigger == ids.SEGMENT_MAP else "allocation", "key": point["customdata"]}
+        if not source:
+            return no_update, no_update
         sid, device, event, _ = view_of(app_ctx, pathname, search)
-        seg_index, block_index = (int(v) for v in str(point["customdata"]).split(":"))
-        segments, _, _ = app_ctx.views.state(sid, device, event)
-        block = segments[seg_index].blocks[block_index]
-        head = html.P(f"{block.state.value} block of {fb(block.size)} at {block.address:#x}"
-                      + (f", requested {fb(block.requested_size)}" if block.requested_size else ""))
-        return html.Div([head, _frames_view(app_ctx.views.frames(sid, block.stack), "all" in (show_all or []))])
+        if source["kind"] == "allocation":
+            head, stack = usage.allocation_panel(app_ctx, sid, device, int(source["key"]))
+        else:
+            seg_index, block_index = (int(v) for v in str(source["key"]).split(":"))
+            segments, _, _ = app_ctx.views.state(sid, device, event)
+            block = segments[seg_index].blocks[block_index]
+            head = html.P(f"{block.state.value} block of {fb(block.size)} at {block.address:#x}"
+                          + (f", requested {fb(block.requested_size)}" if block.requested_size else ""))
+            stack = block.stack
+        return html.Div([head, _frames_view(app_ctx.views.frames(sid, stack), "all" in (show_all or []))]), source
 
     @app.callback(Output(ids.OOM_VERDICT, "children"), Input(ids.SNAPSHOT_URL, "pathname"))
     def verdicts(pathname):
         sid = page_sid(pathname)
         return _verdicts(app_ctx.views.doctor(sid)) if sid is not None else no_update
 
-    @app.callback(Output(ids.SITES_PEAK, "data"), Input(ids.DEVICE, "value"), State(ids.SNAPSHOT_URL, "pathname"))
+    @app.callback(Output(ids.SITES_PEAK, "data"), Output(ids.SITES_PEAK, "tooltip_data"),
+                  Output(ids.SITES_PEAK_INFO, "children"), Input(ids.DEVICE, "value"),
+                  State(ids.SNAPSHOT_URL, "pathname"))
     def peak_sites(device, pathname):
         sid = page_sid(pathname)
         if sid is None or device is None:
-            return no_update
+            return no_update, no_update, no_update
         peak = app_ctx.views.peak_event(sid, device)
-        segments, _, _ = app_ctx.views.state(sid, device, peak)
-        return sites_rows(app_ctx.views.top_sites(sid, segments))
+        segments, fig, _ = app_ctx.views.state(sid, device, peak)
+        n = app_ctx.reader.trace_length(sid, device)
+        return *sites_rows(app_ctx.views.top_sites(sid, segments)), peak_info(sid, device, peak, n,
+                                                                             fig.allocated_bytes)
 
 
 def pools_info(pools: list[PoolFigures], segments: list[Segment]) -> str:

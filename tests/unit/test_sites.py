@@ -1,0 +1,92 @@
+"""Site labels shortened for the snapshot page's tables, the icicle's frame filter and its folded prefix."""
+from __future__ import annotations
+
+from fragviz.model import Frame
+from fragviz.snapshot.frames import visible_frames
+from fragviz.ui import figures
+from fragviz.ui.sites import INTERNAL_ONLY, SITE_CHARS, icicle_weights, short_site
+
+# Sites as report.site_label writes them, from the real snapshots (verl, nuggets, the cs336 ones, diffusion)
+VLLM = "/usr/local/lib/python3.10/dist-packages/vllm/model_executor/layers/linear.py:178 create_weights"
+INDUCTOR = "/tmp/torchinductor_drisspg/nq/cnqtho2nij4af6swya42kmd2tvb2py3brmcdj3mike6uxkmojqam.py:420 call"
+CPP = ("CUDACachingAllocator.cpp:0 c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed "
+       "char, unsigned long, CUstream_st*)")
+WINDOWS = (r"C:\Users\jgregoire\AppData\Local\Programs\Python\Python310\lib\site-packages\torch\nn\modules"
+           r"\module.py:1150 convert")
+HOME = "/home/c-kaitwang/assignment1/cs336_basics/training.py:22 cross_entropy_loss"
+
+
+def test_short_sites_are_unchanged():
+    assert short_site("/home/u/train.py:10 main") == "/home/u/train.py:10 main"
+    assert short_site("(no stack recorded)") == "(no stack recorded)"
+
+
+def test_a_package_path_keeps_its_root_the_file_line_and_function():
+    assert short_site(VLLM) == "…/dist-packages/vllm/…/layers/linear.py:178 create_weights"
+    assert short_site(WINDOWS) == r"…\site-packages\torch\nn\modules\module.py:1150 convert"
+
+
+def test_a_generated_inductor_file_keeps_its_cache_folder_and_is_cut_in_its_middle():
+    short = short_site(INDUCTOR)
+    assert short.startswith("…/torchinductor_drisspg/nq/cnqtho2nij4a") and short.endswith("kmojqam.py:420 call")
+    assert "…" in short[len("…/torchinductor_drisspg/nq/"):] and len(short) <= SITE_CHARS
+
+
+def test_a_cpp_frame_loses_its_parameters_and_outer_namespaces():
+    assert short_site(CPP) == "CUDACachingAllocator.cpp:0 …::DeviceCachingAllocator::malloc(…)"
+
+
+def test_a_path_without_a_package_root_keeps_its_innermost_folders():
+    assert short_site(HOME) == "…/assignment1/cs336_basics/training.py:22 cross_entropy_loss"
+
+
+def test_every_shortened_site_fits():
+    for site in (VLLM, INDUCTOR, CPP, WINDOWS, HOME, "x" * 300, "/a/" + "b" * 200 + ".py:1 f",
+                 "/" + "/".join("d" * 9 for _ in range(30)) + "/f.py:7 " + "g" * 80):
+        assert len(short_site(site)) <= SITE_CHARS, site
+
+
+USER, TORCH, CXX = Frame("/home/u/train.py", 10, "main"), Frame("/x/torch/nn/linear.py", 5, "forward"), \
+    Frame("CUDACachingAllocator.cpp", 0, "malloc")
+
+
+def test_visible_frames_is_the_stack_panels_filter():
+    assert visible_frames((CXX, TORCH, USER), False) == (USER,)
+    assert visible_frames((CXX, TORCH, USER), True) == (CXX, TORCH, USER)
+    assert visible_frames((CXX, TORCH), False) == (CXX, TORCH)  # no user frame: all shown
+
+
+def test_icicle_weights_add_up_stacks_that_the_filter_makes_equal():
+    other = Frame("/home/u/model.py", 3, "layer")
+    weights = {(CXX, TORCH, USER): 10, (TORCH, USER): 5, (CXX, other, USER): 7, (CXX, TORCH): 4, (CXX,): 2}
+    # stacks without a user frame: one box, not a chain of unwinder frames (the stack panel shows them whole)
+    assert icicle_weights(weights, False) == {(USER,): 15, (other, USER): 7, (INTERNAL_ONLY,): 6}
+    assert icicle_weights(weights, True) == weights
+    fig = figures.icicle_figure(icicle_weights(weights, False))
+    assert "(only PyTorch-internal and C++ frames)" in fig.data[0].labels
+
+
+def test_icicle_folds_the_shared_prefix_into_the_root():
+    main, train, step = Frame("/w/main.py", 10, "train"), Frame("/w/loop.py", 20, "run"), Frame("/w/loop.py", 30, "step")
+    fwd, bwd = Frame("/w/model.py", 5, "forward"), Frame("/w/model.py", 9, "backward")
+    # innermost first, as recorded: main → run → step, then forward or backward
+    fig = figures.icicle_figure({(fwd, step, train, main): 6, (bwd, step, train, main): 4})
+    ice = fig.data[0]
+    assert ice.labels[0] == "all (via main.py:10 train → … → loop.py:30 step)"
+    assert "loop.py:20 run" in ice.hovertext[0]
+    assert list(ice.labels[1:]) == ["forward (model.py:5)", "backward (model.py:9)"]
+    assert list(ice.parents[1:]) == ["root", "root"] and list(ice.values) == [10, 6, 4]
+
+
+def test_icicle_of_one_stack_still_draws_its_innermost_frame():
+    a, b = Frame("/w/a.py", 1, "outer"), Frame("/w/b.py", 2, "inner")
+    ice = figures.icicle_figure({(b, a): 8}).data[0]
+    assert ice.labels[0] == "all (via a.py:1 outer)" and list(ice.labels[1:]) == ["inner (b.py:2)"]
+    assert list(ice.values) == [8, 8]
+
+
+def test_icicle_depth_counts_from_the_first_branch():
+    chain = tuple(Frame("/w/f.py", i, f"f{i}") for i in range(20))  # root-first
+    fig = figures.icicle_figure({tuple(reversed(chain + (Frame("/w/x.py", 1, "x"),))): 3,
+                                 tuple(reversed(chain + (Frame("/w/y.py", 1, "y"),))): 2}, max_depth=1)
+    assert list(fig.data[0].labels[1:]) == ["x (x.py:1)", "y (y.py:1)"]
