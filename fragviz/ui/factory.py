@@ -17,7 +17,7 @@ from fragviz.ui.api import Writer, install_api
 from fragviz.ui.data import Views
 from fragviz.ui.guard import Door, install_guard
 from fragviz.ui.jobs import JobRunner
-from fragviz.ui.pages import compare, doctor, library, live, snapshot, whatif
+from fragviz.ui.pages import compare, doctor, library, live, snapshot, usage_callbacks, whatif
 from fragviz.ui.pages.common import error_panel, header
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets")
@@ -74,6 +74,6 @@ def _register(app: dash.Dash, app_ctx: AppContext) -> None:
             return doctor.layout(app_ctx, search)
         return html.Div([header(), html.Main(className="fv-main", children=[error_panel(f"no page at {path}")])])
 
-    for page in (library, snapshot, whatif, compare, live, doctor):
+    for page in (library, snapshot, usage_callbacks, whatif, compare, live, doctor):
         page.register(app, app_ctx)
 

@@ -11,7 +11,7 @@ from fragviz.report import site_label
 from fragviz.snapshot.frames import is_user_frame
 from fragviz.store.reader import StoreReader
 from fragviz.units import format_bytes
-from fragviz.usage.bands import Bands, Grid, bands_of, by_group, grid_of
+from fragviz.usage.bands import Bands, Grid, bands_of, by_group, columns_of, grid_of
 from fragviz.usage.kinds import KINDS, current_rules
 from fragviz.usage.lifetimes import Lifetimes
 
@@ -28,6 +28,10 @@ class StackFacts:
     kind: np.ndarray  # index into KINDS
     sites: list[str]
     first_user: list[str]
+
+    @property
+    def escaped_sites(self) -> list[str]:
+        return _escaped(tuple(self.sites))
 
     def of(self, stacks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Site and kind indices of allocations with these stacks."""
@@ -63,6 +67,11 @@ class DeviceUsage:
     group: np.ndarray  # per allocation: its site's colour group
     group_names: list[str]  # TOP_SITES sites holding the most bytes over time, then OTHER_SITES
     facts: StackFacts
+    live: np.ndarray  # live bytes in every state
+
+    def grid(self, lo: int, hi: int | None) -> Grid:
+        last = self.lifetimes.states - 1
+        return grid_of(self.lifetimes, lo, last if hi is None else hi, live=self.live)
 
 
 def device_usage(lifetimes: Lifetimes, facts: StackFacts) -> DeviceUsage:
@@ -72,7 +81,8 @@ def device_usage(lifetimes: Lifetimes, facts: StackFacts) -> DeviceUsage:
     top = [int(s) for s in np.argsort(-weight, kind="stable")[:TOP_SITES] if weight[s] > 0]
     of_site = np.full(len(facts.sites), len(top), np.int64)
     of_site[top] = np.arange(len(top))
-    return DeviceUsage(lifetimes, site, kind, of_site[site], [facts.sites[s] for s in top] + [OTHER_SITES], facts)
+    return DeviceUsage(lifetimes, site, kind, of_site[site], [facts.sites[s] for s in top] + [OTHER_SITES], facts,
+                       lifetimes.live_bytes(0, lifetimes.states - 1))
 
 
 @dataclass(frozen=True)
@@ -107,19 +117,16 @@ class UsageViews:
     def _usage(self, sid: int, device: int) -> DeviceUsage:
         return device_usage(self.reader.lifetimes(sid, device), self.facts(sid))
 
-    def bands(self, sid: int, device: int, lo: int = 0, hi: int | None = None) -> BandView:
+    def view(self, sid: int, device: int, by: str, lo: int = 0, hi: int | None = None) -> tuple[BandView, GroupView]:
+        """The bands and the live bytes per kind (by="kind") or per site over states lo..hi, on one grid."""
         u = self.usage(sid, device)
-        grid = grid_of(u.lifetimes, lo, u.lifetimes.states - 1 if hi is None else hi)
-        bands = bands_of(u.lifetimes, grid, u.group, len(u.group_names))
-        return BandView(bands, u.lifetimes.size[bands.rows], u.group[bands.rows], u.group_names,
-                        [band_hover(u, r) for r in bands.rows.tolist()])
-
-    def groups(self, sid: int, device: int, by: str, lo: int = 0, hi: int | None = None) -> GroupView:
-        u = self.usage(sid, device)
-        grid = grid_of(u.lifetimes, lo, u.lifetimes.states - 1 if hi is None else hi)
-        if by == "kind":
-            return GroupView(grid, by_group(u.lifetimes, grid, u.kind, len(KINDS)), list(KINDS), by)
-        return GroupView(grid, by_group(u.lifetimes, grid, u.group, len(u.group_names)), u.group_names, by)
+        grid = u.grid(lo, hi)
+        cols = columns_of(u.lifetimes, grid)
+        bands = bands_of(u.lifetimes, grid, u.group, len(u.group_names), cols=cols)
+        band_view = BandView(bands, u.lifetimes.size[bands.rows], u.group[bands.rows], u.group_names,
+                             band_hovers(u, bands.rows))
+        group, names = (u.kind, list(KINDS)) if by == "kind" else (u.group, u.group_names)
+        return band_view, GroupView(grid, by_group(u.lifetimes, grid, group, len(names), cols=cols), names, by)
 
     def allocation(self, sid: int, device: int, row: int) -> dict:
         """One allocation's record, for the stack panel."""
@@ -129,22 +136,28 @@ class UsageViews:
                 "address": int(lt.address[row])}
 
 
+def band_hovers(u: DeviceUsage, rows: np.ndarray) -> list[str]:
+    """The words for each allocation: size, requested size, lifetime in events and time, site, first user frame."""
+    lt, last = u.lifetimes, u.lifetimes.states - 1
+    cols = [c[rows].tolist() for c in (lt.start, lt.end, lt.size, lt.requested, lt.address, lt.start_us, lt.end_us,
+                                       lt.stack, u.site, u.kind)]
+    sites = u.facts.escaped_sites
+    out = []
+    for start, end, size, requested, address, start_us, end_us, stack, site, kind in zip(*cols):
+        born = f"event {start - 1}" if start > 0 else "before the trace"
+        dies = f"event {end - 1}" if end <= last else "still live at the end"
+        text = (f"<b>{format_bytes(size)}</b> (requested {format_bytes(requested)}) at {address:#x}<br>"
+                f"allocated {born}, freed {dies}: live {min(end, last + 1) - start:,} states"
+                f"{_duration(start_us, end_us)}<br>site {sites[site]}<br>kind {KINDS[kind]}")
+        frame = u.facts.first_user[stack] if 0 <= stack < len(u.facts.first_user) else ""
+        if frame and not u.facts.sites[site].startswith(frame):
+            text += f"<br>first user frame {_escape(frame)}"
+        out.append(text)
+    return out
+
+
 def band_hover(u: DeviceUsage, row: int) -> str:
-    """The words for one allocation: size, requested size, lifetime in events and time, site, first user frame."""
-    lt = u.lifetimes
-    start, end, last = int(lt.start[row]), int(lt.end[row]), lt.states - 1
-    born = f"event {start - 1}" if start > 0 else "before the trace"
-    dies = f"event {end - 1}" if end <= last else "still live at the end"
-    lines = [f"<b>{format_bytes(int(lt.size[row]))}</b> (requested {format_bytes(int(lt.requested[row]))}) "
-             f"at {int(lt.address[row]):#x}",
-             f"allocated {born}, freed {dies}: live {min(end, last + 1) - start:,} states"
-             + _duration(int(lt.start_us[row]), int(lt.end_us[row])),
-             f"site {_escape(u.facts.sites[int(u.site[row])])}",
-             f"kind {KINDS[int(u.kind[row])]}"]
-    stack = int(lt.stack[row])
-    if 0 <= stack < len(u.facts.first_user) and u.facts.first_user[stack]:
-        lines.append(f"first user frame {_escape(u.facts.first_user[stack])}")
-    return "<br>".join(lines)
+    return band_hovers(u, np.asarray([row]))[0]
 
 
 def _duration(start_us: int, end_us: int) -> str:
@@ -152,6 +165,11 @@ def _duration(start_us: int, end_us: int) -> str:
         return ""
     seconds = (end_us - start_us) / 1e6
     return f", {seconds * 1000:.3g} ms" if seconds < 1 else f", {seconds:.3g} s"
+
+
+@lru_cache(maxsize=16)
+def _escaped(texts: tuple[str, ...]) -> list[str]:
+    return [_escape(t) for t in texts]
 
 
 def _escape(text: str) -> str:

@@ -68,9 +68,9 @@ def _band_bars(view: BandView, pick: np.ndarray, g: int, groups: int, name: str,
     band = b.run_band[pick]
     rows = b.rows[band]
     return go.Bar(
-        x=((x0 + x1) / 2).tolist(), width=(x1 - x0).tolist(), base=(b.run_base[pick] / scale).tolist(),
-        y=(view.sizes[band] / scale).tolist(), customdata=rows.tolist(),
-        hovertext=[view.hover[i] for i in band.tolist()], hovertemplate="%{hovertext}<extra></extra>",
+        x=(x0 + x1) / 2, width=x1 - x0, base=b.run_base[pick] / scale, y=view.sizes[band] / scale,
+        customdata=rows.tolist(),  # a plain list: plotly.js hands typed-array customdata to clicks as nothing
+        hovertext=np.asarray(view.hover, dtype=object)[band], hovertemplate="%{hovertext}<extra></extra>",
         name=_short(name), legendgroup=str(g), marker=dict(color=site_color(g, groups),
                                                           line=dict(width=0.4, color="#ffffff")))
 
@@ -83,7 +83,7 @@ def _folded_area(edges: np.ndarray, base: np.ndarray, height: np.ndarray, g: int
     xs = np.repeat(edges, 2)[1:-1]  # x0, x1, x1, x2, ...: each bucket's two ends
     x = np.concatenate([xs, xs[::-1]])
     y = np.concatenate([np.repeat(top, 2), np.repeat(low, 2)[::-1]])
-    return go.Scatter(x=x.tolist(), y=y.tolist(), fill="toself", mode="lines", line=dict(width=0),
+    return go.Scatter(x=x, y=y, fill="toself", mode="lines", line=dict(width=0),
                       fillcolor=site_color(g, groups), fillpattern=dict(shape="/", fgcolor="#ffffff", size=6),
                       opacity=0.55, name=f"smaller allocations of {_short(name, 40)}", legendgroup=str(g),
                       showlegend=False, hoveron="fills", hoverinfo="name")

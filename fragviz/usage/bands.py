@@ -19,9 +19,9 @@ import numpy as np
 from fragviz.usage.lifetimes import Lifetimes
 
 COLUMNS = 300  # buckets across a view: about one per two pixels of a dashboard-wide plot
-PER_COLUMN = 48  # allocations drawn apart in each bucket, at most: the largest there
+PER_COLUMN = 160  # allocations drawn apart in each bucket, at most: the largest there
 MAX_RUNS = 2500  # rectangles the bands may take in all; beyond it the smallest bands are folded
-SMALLEST = 1 / 1500  # an allocation under this share of the view's peak is always folded (under a pixel)
+SMALLEST = 1 / 2000  # an allocation under this share of the view's peak is always folded (a sixth of a pixel)
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,15 @@ class Grid:
         return len(self.states)
 
 
-def grid_of(lifetimes: Lifetimes, lo: int, hi: int, columns: int = COLUMNS) -> Grid:
-    """Buckets over states lo..hi (clipped to the trace's states), each drawn as its state of most live bytes."""
+def grid_of(lifetimes: Lifetimes, lo: int, hi: int, columns: int = COLUMNS, live: np.ndarray | None = None) -> Grid:
+    """Buckets over states lo..hi (clipped to the trace's states), each drawn as its state of most live bytes.
+
+    `live`, when given, is the live bytes of every state of the trace (`lifetimes.live_bytes(0, states - 1)`),
+    kept by a caller that draws many views of one trace.
+    """
     hi = min(max(hi, 0), lifetimes.states - 1)
     lo = min(max(lo, 0), hi)
-    live = lifetimes.live_bytes(lo, hi)
+    live = lifetimes.live_bytes(lo, hi) if live is None else live[lo:hi + 1]
     span = hi - lo + 1
     bucket = max(1, -(-span // columns))
     edges = np.append(np.arange(lo, hi + 1, bucket, dtype=np.int64), hi + 1)
@@ -61,12 +65,12 @@ def columns_of(lifetimes: Lifetimes, grid: Grid) -> tuple[np.ndarray, np.ndarray
 
 
 def by_group(lifetimes: Lifetimes, grid: Grid, group: np.ndarray, groups: int,
-             rows: np.ndarray | None = None) -> np.ndarray:
+             rows: np.ndarray | None = None, cols: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Live bytes per group (rows) in each bucket's drawn state (columns); `group` gives each allocation's.
 
-    With `rows`, only those allocations count.
+    With `rows`, only those allocations count; `cols` is `columns_of(lifetimes, grid)` when already known.
     """
-    a, b = columns_of(lifetimes, grid)
+    a, b = cols or columns_of(lifetimes, grid)
     size, g = lifetimes.size, group
     if rows is not None:
         a, b, size, g = a[rows], b[rows], size[rows], g[rows]
@@ -93,25 +97,28 @@ class Bands:
 
 
 def bands_of(lifetimes: Lifetimes, grid: Grid, group: np.ndarray, groups: int, per_column: int = PER_COLUMN,
-             max_runs: int = MAX_RUNS) -> Bands:
+             max_runs: int = MAX_RUNS, cols: tuple[np.ndarray, np.ndarray] | None = None) -> Bands:
     """Which allocations are drawn apart in this view, where, and what is folded into each group's band."""
-    a, b = columns_of(lifetimes, grid)
+    a, b = cols or columns_of(lifetimes, grid)
     drawn = b > a
     peak = int(grid.live.max()) if len(grid) else 0
     candidates = np.nonzero(drawn & (lifetimes.size >= peak * SMALLEST))[0]
     chosen = _largest_per_column(lifetimes, candidates, a, b, per_column)
     order = np.lexsort((lifetimes.start[chosen], -(lifetimes.end[chosen] - lifetimes.start[chosen])))
     rows = chosen[order]
-    while True:
+    runs = _runs(lifetimes.size[rows], a[rows], b[rows], len(grid))
+    if len(runs[0]) > max_runs:
+        # Keep the largest bands whose rectangles fit; folding a band never adds rectangles to the others
+        # (a band's base changes only where a band below it starts or ends).
+        per_band = np.bincount(runs[0], minlength=len(rows))
+        largest_first = np.argsort(-lifetimes.size[rows], kind="stable")
+        fits = largest_first[np.cumsum(per_band[largest_first]) <= max_runs]
+        rows = rows[np.sort(fits)]  # in stacking order still
         runs = _runs(lifetimes.size[rows], a[rows], b[rows], len(grid))
-        if len(runs[0]) <= max_runs or len(rows) == 0:
-            break
-        keep = lifetimes.size[rows] >= np.median(lifetimes.size[rows])  # fold the smaller half and try again
-        rows = rows[keep] if keep.sum() < len(rows) else rows[: len(rows) // 2]
     folded_mask = drawn.copy()
     folded_mask[rows] = False
     folded_rows = np.nonzero(folded_mask)[0]
-    folded = by_group(lifetimes, grid, group, groups, folded_rows)
+    folded = by_group(lifetimes, grid, group, groups, folded_rows, (a, b))
     below = _stack_height(lifetimes.size[rows], a[rows], b[rows], len(grid))
     folded_base = below + np.vstack([np.zeros((1, len(grid)), np.int64), np.cumsum(folded, axis=0)[:-1]])
     return Bands(grid, rows, *runs, folded, folded_base, len(folded_rows))
