@@ -10,6 +10,7 @@ from fragviz.metrics import StateFigures
 from fragviz.model import BlockState, Frame, Segment
 from fragviz.report import site_label
 from fragviz.store.reader import StoreReader
+from fragviz.ui.usage_data import UsageViews
 
 
 class Views:
@@ -21,6 +22,7 @@ class Views:
         self.analysis = lru_cache(maxsize=4)(reader.load_analysis)
         self.doctor = lru_cache(maxsize=16)(self._doctor)
         self.markers = lru_cache(maxsize=32)(reader.markers)
+        self.usage = UsageViews(reader)  # what holds memory: allocation bands, memory by kind and by site
         self.annotation_spans = lru_cache(maxsize=32)(reader.annotation_spans)
 
     def _frames_uncached(self, sid: int, stack: int) -> tuple[Frame, ...]:

@@ -64,3 +64,9 @@ DOCTOR_PASTE = "doctor-paste"  # a memory_summary() table and/or an OOM message
 DOCTOR_RUN = "doctor-run"
 DOCTOR_RESULT = "doctor-result"
 DOCTOR_SNAPSHOT = "doctor-snapshot"  # the ?snapshot=ID read with the paste
+# What holds memory (the snapshot page): kind areas, allocation bands, and the range both show
+MEMORY_BY = "memory-by-kind"
+MEMORY_BY_GROUP = "memory-by-group"  # "kind" or "site"
+ALLOC_BANDS = "allocation-bands"
+USAGE_RANGE = "usage-range"
+STACK_SOURCE = "stack-source"  # what the stack panel shows: a block of the segment map or a band
