@@ -144,11 +144,9 @@ def band_hovers(u: DeviceUsage, rows: np.ndarray) -> list[str]:
     sites = u.facts.escaped_sites
     out = []
     for start, end, size, requested, address, start_us, end_us, stack, site, kind in zip(*cols):
-        born = f"event {start - 1}" if start > 0 else "before the trace"
-        dies = f"event {end - 1}" if end <= last else "still live at the end"
         text = (f"<b>{format_bytes(size)}</b> (requested {format_bytes(requested)}) at {address:#x}<br>"
-                f"allocated {born}, freed {dies}: live {min(end, last + 1) - start:,} states"
-                f"{_duration(start_us, end_us)}<br>site {sites[site]}<br>kind {KINDS[kind]}")
+                f"{_life(start, end, last)}{_duration(start_us, end_us)}<br>site {sites[site]}<br>"
+                f"kind {KINDS[kind]}")
         frame = u.facts.first_user[stack] if 0 <= stack < len(u.facts.first_user) else ""
         if frame and not u.facts.sites[site].startswith(frame):
             text += f"<br>first user frame {_escape(frame)}"
@@ -158,6 +156,18 @@ def band_hovers(u: DeviceUsage, rows: np.ndarray) -> list[str]:
 
 def band_hover(u: DeviceUsage, row: int) -> str:
     return band_hovers(u, np.asarray([row]))[0]
+
+
+def _life(start: int, end: int, last: int) -> str:
+    states = f"{min(end, last + 1) - start:,} states"
+    if start == 0 and end > last:
+        return f"live from before the trace to its end ({states})"
+    if start == 0:
+        # PyTorch records no alloc for it: its stack is the one recorded with its free
+        return f"allocated before the trace, freed at event {end - 1} ({states}; the stack is the free's)"
+    if end > last:
+        return f"allocated at event {start - 1}, still live at the end ({states})"
+    return f"allocated at event {start - 1}, freed at event {end - 1} ({states})"
 
 
 def _duration(start_us: int, end_us: int) -> str:

@@ -1,0 +1,150 @@
+"""What holds memory, in a real browser on real snapshots: the kind areas and the allocation bands add up to the
+replayed allocated bytes, a band's hover and click tell its story, and the three views share one zoom."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, Server
+from fragviz.analysis import analyze
+from fragviz.snapshot import load_snapshot
+from helpers import REAL
+
+HANMIN = os.path.join(REAL, "hanmin_train_19k.pickle")
+FULLSTEP = os.path.join(REAL, "cs336kk_ctx128_fullstep.pickle")
+NOTRACE = os.path.join(REAL, "selectn_dev1_notrace.pickle")
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+
+
+@pytest.fixture(scope="module")
+def usage_server(tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("usage") / "store.sqlite")
+    for path in (HANMIN, FULLSTEP, NOTRACE):  # ids 1, 2, 3
+        subprocess.run([sys.executable, "-m", "fragviz", "ingest", "--db", db, path], cwd=ROOT, check=True,
+                       capture_output=True)
+    srv = Server(db, samples=False)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def allocated():
+    """The replayed allocated bytes of every state, worked out apart from the views (no store, no lifetimes)."""
+    return {path: analyze(load_snapshot(path)).replays[0].series["allocated"] for path in (HANMIN, FULLSTEP)}
+
+
+def plot(page, graph: str, expr: str):
+    return page.evaluate(f"(() => {{ const p = document.querySelector('#{graph} .js-plotly-plot'); return {expr}; }})()")
+
+
+def wait_drawn(page, graph: str, words: str = "") -> None:
+    page.wait_for_function(f"(() => {{ const p = document.querySelector('#{graph} .js-plotly-plot');"
+                           f" return p && p._fullData && p._fullData.length > 0"
+                           f" && p.textContent.includes({words!r}); }})()", timeout=60000)
+
+
+def totals_by_state(page) -> dict[int, float]:
+    """Bytes of every column of the kind areas (the stacked traces' sum), by the state it draws."""
+    traces = plot(page, "memory-by-kind", "p.data.map(t => ({y: Array.from(t.y), c: Array.from(t.customdata)}))")
+    unit = plot(page, "memory-by-kind", "p.layout.yaxis.title.text").split("(")[1].rstrip(")")
+    out: dict[int, float] = {}
+    for t in traces:
+        # the last point repeats the last column, to draw its step to the end of the range
+        for state, y in dict(zip(t["c"], t["y"])).items():
+            out[state] = out.get(state, 0.0) + y * UNITS[unit]
+    return out
+
+
+def band_boxes(page):
+    return [b for b in (p.bounding_box() for p in page.locator("#allocation-bands .barlayer path").all()) if b]
+
+
+def drag(page, graph: str, start: float, width: float) -> None:
+    box = page.locator(f"#{graph} .nsewdrag").first.bounding_box()
+    x = box["x"] + box["width"] * start
+    y = box["y"] + box["height"] * 0.5
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x + width / 2, y + 5, steps=3)
+    page.mouse.move(x + width, y + 10, steps=3)
+    page.mouse.up()
+
+
+def test_kind_areas_add_up_to_the_replayed_allocated_bytes(page, usage_server, allocated):
+    page.goto(usage_server.url + "/snapshots/2")
+    wait_drawn(page, "memory-by-kind", "most live bytes")
+    legend = plot(page, "memory-by-kind", "Array.from(p.querySelectorAll('.legendtext')).map(t => t.textContent)")
+    assert {"optimizer state", "gradients", "activations and temporaries"} <= set(legend)
+    series = allocated[FULLSTEP]
+    totals = totals_by_state(page)
+    assert len(totals) > 100
+    for state, total in totals.items():
+        assert total == pytest.approx(series[state], rel=1e-9, abs=1)
+    # each column draws the state of most live bytes in its bucket: the highest column is the trace's peak
+    assert max(totals.values()) == pytest.approx(series.max(), rel=1e-9)
+    assert page.errors == []
+
+
+def test_a_band_hovered_and_clicked_tells_its_size_lifetime_site_and_stack(page, usage_server):
+    page.goto(usage_server.url + "/snapshots/1")
+    wait_drawn(page, "allocation-bands", "most live bytes")
+    page.locator("#allocation-bands").scroll_into_view_if_needed()
+    # the largest bands first, until one whose site is a Python frame (a block from before the trace may have none)
+    for box in sorted(band_boxes(page), key=lambda b: -b["width"] * b["height"])[:40]:
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)
+        page.wait_for_function("document.querySelector('#allocation-bands .hoverlayer').textContent.includes('kind')")
+        hover = page.evaluate("document.querySelector('#allocation-bands .hoverlayer').textContent")
+        if ".py:" in hover:
+            break
+    for words in ("requested", "at 0x", "states", "site /", "kind"):
+        assert words in hover
+    page.mouse.click(x, y)
+    page.wait_for_function("document.querySelector('#stack-trace').innerText.includes('allocation of')")
+    panel = page.locator("#stack-trace").inner_text()
+    assert "states" in panel and "site /" in panel
+    assert page.locator("#stack-trace ol li").count() > 0  # the allocation's frames
+    assert page.errors == []
+
+
+def test_the_views_share_one_zoom_refined_to_exact_states(page, usage_server, allocated):
+    page.goto(usage_server.url + "/snapshots/1")
+    wait_drawn(page, "allocation-bands", "most live bytes")
+    page.locator("#allocation-bands").scroll_into_view_if_needed()
+    drag(page, "allocation-bands", 0.30, 12)  # 19,464 states over ~1,200 px: about 200 states
+    wait_drawn(page, "allocation-bands", "exact: one column per state")
+    wait_drawn(page, "memory-by-kind", "exact: one point per state")
+    lo, hi = plot(page, "allocation-bands", "p.layout.xaxis.range")
+    assert 0 < hi - lo <= 300
+    totals = totals_by_state(page)
+    states = sorted(totals)
+    assert states == list(range(states[0], states[-1] + 1))  # every state of the range, one by one
+    for state in states:
+        assert totals[state] == pytest.approx(allocated[HANMIN][state], rel=1e-9, abs=1)
+    # the timeline follows the drag on the bands
+    page.wait_for_function(f"(() => {{ const r = document.querySelector('#timeline .js-plotly-plot').layout.xaxis.range;"
+                           f" return Math.abs(r[0] - {lo}) < 2 && Math.abs(r[1] - {hi}) < 2; }})()")
+    # and a drag on the timeline takes the bands and the kind areas along
+    page.locator("#timeline").scroll_into_view_if_needed()
+    drag(page, "timeline", 0.2, 300)
+    page.wait_for_function(f"(() => {{ const r = document.querySelector('#allocation-bands .js-plotly-plot')"
+                           f".layout.xaxis.range; return r[0] > {lo} - 300 && Math.abs(r[1] - r[0]) < {hi - lo}; }})()")
+    t_range = plot(page, "timeline", "p.layout.xaxis.range")
+    b_range = plot(page, "allocation-bands", "p.layout.xaxis.range")
+    assert b_range[0] == pytest.approx(t_range[0], abs=1.5) and b_range[1] == pytest.approx(t_range[1], abs=1.5)
+    assert page.errors == []
+
+
+def test_by_site_and_a_snapshot_without_a_trace(page, usage_server):
+    page.goto(usage_server.url + "/snapshots/1")
+    wait_drawn(page, "memory-by-kind", "most live bytes")
+    page.locator("#memory-by-group label", has_text="by allocation site").click()
+    page.wait_for_function("Array.from(document.querySelectorAll('#memory-by-kind .legendtext'))"
+                           ".some(t => t.textContent.includes('adapters.py'))")
+    page.goto(usage_server.url + "/snapshots/3")
+    page.wait_for_selector("text=has no trace, so there is no memory over time to draw")
+    assert page.locator("#allocation-bands").count() == 0
+    assert page.errors == []
