@@ -28,7 +28,7 @@ RANGES = [("forward", 1, 4, 500), ("backward", 5, 8, 500), ("Optimizer.step#Adam
           ("forward", 12, 13, 200)]
 # worked out by hand from the above: (name, first state, state at the END), seconds since event 0
 SPANS_BY_EVENT = [("forward", 2, 5), ("backward", 6, 9), ("Optimizer.step#AdamW.step", 10, 12), ("forward", 13, 14)]
-SPANS_BY_TIME = [(0.0015, 0.0045), (0.0055, 0.0085), (0.0095, 2.0115), (2.0122, 2.0135)]
+SPANS_BY_TIME = [(0.0015, 0.0045), (0.0055, 0.0085), (0.0095, 2.0115), (2.0122, 2.0132)]
 
 
 def annotations() -> list[dict]:

@@ -184,7 +184,7 @@ def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int
             color=colors[name], line=dict(color="#FFFFFF", width=0.5)), hovertext=text, hoverinfo="text",
             customdata=[f"{a}:{b}" for a, b in zip(si, bi)]))
     folded = len(segments) - len(order)
-    top = 50 if own_axis else 30
+    top = (50 if own_axis else 30) + (28 if folded else 0)
     # The rows in our order: a category axis otherwise orders rows by first appearance in the traces, and
     # segments without a live block (only in the last, "free", trace) sank to the bottom.
     fig.update_layout(barmode="overlay", height=max(220, 22 * len(order) + top + (40 if own_axis else 10)),
@@ -196,8 +196,8 @@ def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int
                       hovermode="closest")
     if folded:
         fig.add_annotation(text=f"{folded} smaller segments folded: showing the {len(order)} largest of "
-                           f"{len(segments)}", xref="paper", yref="paper", x=1, y=1.0, yanchor="bottom",
-                           xanchor="right", showarrow=False, name="folded")
+                           f"{len(segments)}", xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom",
+                           yshift=30, xanchor="left", showarrow=False, name="folded")  # a row above the legend
     return fig
 
 
@@ -289,8 +289,9 @@ def gap_histogram_figure(gaps: list[int], mark: int | None, largest: int, mark_l
                                  mode="lines+markers", line=dict(color=COLORS["reserved"]), customdata=ranges,
                                  hovertemplate="%{customdata}: %{y:.2f} MiB<extra></extra>"))
         ticks = _pow2_ticks(lo, hi + 1)
+        # outside ticks of 8 px keep the labels in the corners clear of the y axes' "0"
         xaxis.update(range=[lo, hi + 1], tickmode="array", tickvals=ticks, ticktext=[pow2_label(e) for e in ticks],
-                     tickangle=0)
+                     tickangle=0, ticks="outside", ticklen=8)
         if mark:
             where = float(np.log2(max(mark, 1)))
             inside = lo <= where <= hi + 1
@@ -301,7 +302,9 @@ def gap_histogram_figure(gaps: list[int], mark: int | None, largest: int, mark_l
                                f"{' (dashed line)' if inside else ', beyond the gaps drawn'}", name="mark",
                                xref="paper", yref="paper", x=0, xanchor="left", y=1.02, yanchor="bottom",
                                showarrow=False, font=dict(color=COLORS["oom"]))
-    fig.update_layout(title=dict(text=title, font=dict(size=13), x=0, xanchor="left", xref="paper"),
+    # the title at the top of the figure, the legend (and the mark) on the row below it, over the plot
+    fig.update_layout(title=dict(text=title, font=dict(size=13), x=0, xanchor="left", xref="paper", y=0.985,
+                                 yref="container", yanchor="top"),
                       height=320, margin=dict(l=50, r=60, t=64, b=40), xaxis=xaxis,
                       yaxis=dict(title="gaps", rangemode="tozero", automargin=True),
                       yaxis2=dict(title="MiB", overlaying="y", side="right", showgrid=False, rangemode="tozero",

@@ -286,9 +286,11 @@ def register(app, app_ctx) -> None:
             return timeline(app_ctx, sid, device, event, axis=axis)
         return no_update
 
-    # The segment map's size axis, drawn apart so that it stays in sight, follows the map's zoom (assets/).
+    # The segment map's size axis, drawn apart so that it stays in sight, follows the map's margins and zoom
+    # (assets/segment_axis.js).
     app.clientside_callback(ClientsideFunction("fragviz", "syncSegmentAxis"), Output(ids.SEGMENT_AXIS, "className"),
-                            Input(ids.SEGMENT_MAP, "relayoutData"), prevent_initial_call=True)
+                            Input(ids.SEGMENT_MAP, "figure"), Input(ids.SEGMENT_AXIS, "figure"),
+                            prevent_initial_call=True)
 
     # The selected event's line moves in the browser: no round trip, and the segment map is not kept waiting.
     app.clientside_callback(
