@@ -193,8 +193,9 @@ def test_timeline_markers_and_level_of_detail(real_store):
     n = len(snap.trace_of(0))
     markers = reader.markers(ids[path], 0)
     assert len(markers["segment_alloc"]) == snap.trace_of(0).action_counts()["segment_alloc"]
-    annotated = {a["time_us"] for a in snap.external_annotations if a.get("device", 0) == 0}
-    assert 0 < len(markers["annotation"]) <= len(annotated) and all(0 <= k <= n for k in markers["annotation"])
+    starts = [a for a in snap.external_annotations if a.get("device", 0) == 0 and a["stage"] == "START"]
+    spans = reader.annotation_spans(ids[path], 0)  # START/END pairs as spans (test_annotation_spans.py)
+    assert len(spans) == len(starts) == 2 and all(0 <= s.start_event <= s.end_event <= n for s in spans)
     whole = reader.timeline(ids[path], 0, max_points=500)
     replay = analyze(snap).replays[0]
     assert whole["bucket"] == 64 and whole["reserved_max"].max() == replay.series["reserved"].max()
