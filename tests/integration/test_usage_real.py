@@ -12,7 +12,6 @@ import pytest
 
 from fragviz.analysis import analyze
 from fragviz.ingest import ingest_file
-from fragviz.report import report_dict
 from fragviz.snapshot import load_snapshot
 from fragviz.store.reader import StoreReader
 from fragviz.store.schema import connect

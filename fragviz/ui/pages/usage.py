@@ -17,8 +17,11 @@ NO_TRACE = ("This device's snapshot has no trace, so there is no memory over tim
 
 def cards(n: int) -> list:
     """The kind areas and the allocation bands, drawn by a callback once the page is up (so they never delay it)."""
-    if n == 0:
-        return [card("What holds memory over the trace", html.P(NO_TRACE, className="fv-hint"))]
+    if n == 0:  # the components stay, hidden: the stack panel's callback reads the bands' clicks
+        hidden = html.Div(style={"display": "none"}, children=[
+            dcc.RadioItems(id=ids.MEMORY_BY_GROUP, value="kind", options=["kind", "site"]),
+            dcc.Graph(id=ids.MEMORY_BY), dcc.Graph(id=ids.ALLOC_BANDS), dcc.Store(id=ids.USAGE_RANGE)])
+        return [card("What holds memory over the trace", html.P(NO_TRACE, className="fv-hint"), hidden)]
     return [
         card("Live memory by kind",
              dcc.RadioItems(id=ids.MEMORY_BY_GROUP, value="kind", inline=True, className="fv-axis",
