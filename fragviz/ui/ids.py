@@ -70,3 +70,5 @@ MEMORY_BY_GROUP = "memory-by-group"  # "kind" or "site"
 ALLOC_BANDS = "allocation-bands"
 USAGE_RANGE = "usage-range"
 STACK_SOURCE = "stack-source"  # what the stack panel shows: a block of the segment map or a band
+BAND_CLICK = "band-click"  # {row, at}: the allocation of a clicked band (set in the browser, assets/usage.js)
+TIMELINE_FOLLOW = "timeline-follow"  # a range dragged on the bands or the kind areas, for the timeline to follow

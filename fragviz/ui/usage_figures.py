@@ -32,64 +32,103 @@ def _short(name: str, most: int = 60) -> str:
     return name if len(name) <= most else "…" + name[-(most - 1):]
 
 
-def bands_figure(view: BandView, event: int | None = None, x_range: Sequence[float] | None = None) -> go.Figure:
-    """Every allocation drawn apart as a band (rectangles of constant offset), the rest folded per site above."""
+def bands_figure(view: BandView, x_range: Sequence[float] | None = None) -> go.Figure:
+    """Every allocation drawn apart as a band (rectangles of constant offset), the rest folded per site above.
+
+    The rectangles of a site are one SVG path (a layout shape): a redraw costs a few paths however many bands
+    there are (a bar or a filled segment per rectangle costs hundreds of milliseconds at a few thousand). The
+    words for each rectangle travel in `layout.meta.bands`; assets/usage.js shows them under the pointer and
+    sends a clicked band to the stack panel.
+    """
     b, grid = view.bands, view.bands.grid
     scale, unit = _unit(float(grid.live.max()) if len(grid) else 0.0)
     edges = grid.edges
-    fig = go.Figure()
     groups = len(view.group_names)
     run_group = view.group[b.run_band] if len(b.run_band) else np.zeros(0, np.int64)
+    shapes, fig = [], go.Figure()
     for g, name in enumerate(view.group_names):
         pick = np.nonzero(run_group == g)[0]
+        folded = b.folded[g].any()
         if len(pick):
-            fig.add_trace(_band_bars(view, pick, g, groups, name, scale))
-    for g, name in enumerate(view.group_names):
-        if b.folded[g].any():
-            fig.add_trace(_folded_area(edges, b.folded_base[g], b.folded[g], g, groups, name, scale))
+            base = b.run_base[pick] / scale
+            shapes.append(_path_shape(edges[b.run_first[pick]], edges[b.run_last[pick]], base,
+                                      base + view.sizes[b.run_band[pick]] / scale, site_color(g, groups)))
+        if folded:
+            low = b.folded_base[g] / scale
+            shapes.append(_step_shape(edges, low, low + b.folded[g] / scale, site_color(g, groups)))
+        if len(pick) or folded:  # a legend entry: the shapes have none
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=_short(name),
+                                     marker=dict(symbol="square", size=10, color=site_color(g, groups))))
     note = ("exact: one column per state" if grid.bucket == 1 else
             f"each column is the state with the most live bytes among {grid.bucket:,} states")
-    folded = f"; {b.folded_count:,} smaller allocations folded per site (hatched)" if b.folded_count else ""
+    folded_note = f"; {b.folded_count:,} smaller allocations folded per site (pale)" if b.folded_count else ""
+    top = float(grid.live.max()) / scale if len(grid) else 1.0
     fig.update_layout(
-        barmode="overlay", bargap=0, hovermode="closest", height=440, margin=dict(l=60, r=10, t=40, b=40),
-        xaxis=dict(title="event (state after it)", range=list(x_range) if x_range else [edges[0], edges[-1]]),
-        yaxis=dict(title=f"live memory ({unit})", rangemode="tozero", fixedrange=True),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, font=dict(size=10)),
-        annotations=[dict(text=note + folded, xref="paper", yref="paper", x=1, y=-0.13, showarrow=False,
+        hovermode=False, height=440, margin=dict(l=60, r=10, t=40, b=40), shapes=shapes,
+        meta={"bands": _hover_table(view, scale)},
+        xaxis=dict(title="event (state after it)", range=list(x_range) if x_range else [edges[0], edges[-1]],
+                   showgrid=False),
+        yaxis=dict(title=f"live memory ({unit})", range=[0, top * 1.04 or 1], fixedrange=True, showgrid=False),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, font=dict(size=10), itemclick=False,
+                    itemdoubleclick=False),
+        annotations=[dict(text=note + folded_note, xref="paper", yref="paper", x=1, y=-0.13, showarrow=False,
                           xanchor="right", font=dict(size=10, color="#555"))],
-        shapes=_event_line(event), plot_bgcolor="#ffffff")
+        plot_bgcolor="#ffffff")
     return fig
 
 
-def _band_bars(view: BandView, pick: np.ndarray, g: int, groups: int, name: str, scale: float) -> go.Bar:
+def _step_shape(edges: np.ndarray, low: np.ndarray, high: np.ndarray, color: str) -> dict:
+    """A band that changes height from bucket to bucket as one closed step outline: along its top, back along
+    its base (a step only where the height changes)."""
+    e = edges.tolist()
+    top = _steps(high.tolist(), e[1:])
+    back = _steps(low[::-1].tolist(), e[-2::-1])
+    return dict(type="path", path=f"M{e[0]},{low[0]:.4g}{top}{back}Z", xref="x", yref="y", fillcolor=color,
+                opacity=0.4, layer="below", line=dict(width=0))
+
+
+def _steps(heights: list[float], ends: list[int]) -> str:
+    """SVG steps: for each bucket, up or down to its height, then across to its end (merged while level)."""
+    out, level = [], None
+    for i, (h, x) in enumerate(zip(heights, ends)):
+        h = float(f"{h:.4g}")  # a tenth of a pixel on a dashboard-high plot
+        if h != level:
+            out.append(f"V{h:.4g}")
+            level = h
+        if i == len(ends) - 1 or float(f"{heights[i + 1]:.4g}") != h:
+            out.append(f"H{x}")
+    return "".join(out)
+
+
+def _path_shape(x0: np.ndarray, x1: np.ndarray, y0: np.ndarray, y1: np.ndarray, color: str) -> dict:
+    """Rectangles as one closed SVG path in the axes' units (states are whole numbers: written whole)."""
+    path = "".join(f"M{a},{c:.4g}H{b}V{d:.4g}H{a}Z"
+                   for a, b, c, d in zip(x0.tolist(), x1.tolist(), y0.tolist(), y1.tolist()))
+    return dict(type="path", path=path, xref="x", yref="y", fillcolor=color, layer="below",
+                line=dict(width=0.4, color="#ffffff"))
+
+
+def _hover_table(view: BandView, scale: float) -> dict:
+    """Every rectangle (its corners in the plot's units, its band) and each band's words, for assets/usage.js."""
     b, edges = view.bands, view.bands.grid.edges
-    first, last = b.run_first[pick], b.run_last[pick]
-    x0, x1 = edges[first], edges[last]
-    band = b.run_band[pick]
-    rows = b.rows[band]
-    return go.Bar(
-        x=(x0 + x1) / 2, width=x1 - x0, base=b.run_base[pick] / scale, y=view.sizes[band] / scale,
-        customdata=rows.tolist(),  # a plain list: plotly.js hands typed-array customdata to clicks as nothing
-        hovertext=np.asarray(view.hover, dtype=object)[band], hovertemplate="%{hovertext}<extra></extra>",
-        name=_short(name), legendgroup=str(g), marker=dict(color=site_color(g, groups),
-                                                          line=dict(width=0.4, color="#ffffff")))
+    base = b.run_base / scale
+    return {"x0": edges[b.run_first].tolist(), "x1": edges[b.run_last].tolist(), "y0": base.tolist(),
+            "y1": (base + view.sizes[b.run_band] / scale).tolist(), "band": b.run_band.tolist(),
+            "row": b.rows.tolist(), "text": view.hover, "folded": _folded_table(view, scale)}
 
 
-def _folded_area(edges: np.ndarray, base: np.ndarray, height: np.ndarray, g: int, groups: int, name: str,
-                 scale: float) -> go.Scatter:
-    """One closed step polygon: the group's folded bytes over its base, bucket by bucket."""
-    top = (base + height) / scale
-    low = base / scale
-    xs = np.repeat(edges, 2)[1:-1]  # x0, x1, x1, x2, ...: each bucket's two ends
-    x = np.concatenate([xs, xs[::-1]])
-    y = np.concatenate([np.repeat(top, 2), np.repeat(low, 2)[::-1]])
-    return go.Scatter(x=x, y=y, fill="toself", mode="lines", line=dict(width=0),
-                      fillcolor=site_color(g, groups), fillpattern=dict(shape="/", fgcolor="#ffffff", size=6),
-                      opacity=0.55, name=f"smaller allocations of {_short(name, 40)}", legendgroup=str(g),
-                      showlegend=False, hoveron="fills", hoverinfo="name")
+def _folded_table(view: BandView, scale: float) -> dict:
+    """The folded bands bucket by bucket (where they hold anything): corners, site group, bytes and state (the
+    words are put together in the browser: the same sentence thousands of times would weigh on every view)."""
+    b, grid = view.bands, view.bands.grid
+    g, j = np.nonzero(b.folded)
+    base = b.folded_base[g, j] / scale
+    return {"x0": grid.edges[j].tolist(), "x1": grid.edges[j + 1].tolist(), "y0": base.tolist(),
+            "y1": (base + b.folded[g, j] / scale).tolist(), "group": g.tolist(), "bytes": b.folded[g, j].tolist(),
+            "state": grid.states[j].tolist(), "names": [_escape(_short(n, 80)) for n in view.group_names]}
 
 
-def groups_figure(view: GroupView, event: int | None = None, x_range: Sequence[float] | None = None) -> go.Figure:
+def groups_figure(view: GroupView, x_range: Sequence[float] | None = None) -> go.Figure:
     """Stacked areas of live memory per kind (or per site), as steps: a bucket's state holds until the next."""
     grid = view.grid
     scale, unit = _unit(float(view.values.sum(axis=0).max()) if view.values.size else 0.0)
@@ -110,20 +149,13 @@ def groups_figure(view: GroupView, event: int | None = None, x_range: Sequence[f
     note = ("exact: one point per state" if grid.bucket == 1 else
             f"each step is the state with the most live bytes among {grid.bucket:,} states")
     fig.update_layout(
-        height=320, hovermode="x unified", margin=dict(l=60, r=10, t=30, b=40), shapes=_event_line(event),
+        height=320, hovermode="x unified", margin=dict(l=60, r=10, t=30, b=40),
         xaxis=dict(title="event (state after it)", range=list(x_range) if x_range else [x[0], x[-1]]),
         yaxis=dict(title=f"live memory ({unit})", rangemode="tozero", fixedrange=True),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, font=dict(size=10)),
         annotations=[dict(text=note, xref="paper", yref="paper", x=1, y=-0.18, showarrow=False, xanchor="right",
                           font=dict(size=10, color="#555"))], plot_bgcolor="#ffffff")
     return fig
-
-
-def _event_line(event: int | None) -> list[dict]:
-    if event is None:
-        return []
-    return [dict(type="line", xref="x", yref="paper", x0=event, x1=event, y0=0, y1=1,
-                 line=dict(color="#000000", width=1))]
 
 
 def _escape(text: str) -> str:

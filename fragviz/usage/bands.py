@@ -20,7 +20,7 @@ from fragviz.usage.lifetimes import Lifetimes
 
 COLUMNS = 300  # buckets across a view: about one per two pixels of a dashboard-wide plot
 PER_COLUMN = 160  # allocations drawn apart in each bucket, at most: the largest there
-MAX_RUNS = 2500  # rectangles the bands may take in all; beyond it the smallest bands are folded
+MAX_RUNS = 1500  # rectangles the bands may take in all; beyond it the smallest bands are folded
 SMALLEST = 1 / 2000  # an allocation under this share of the view's peak is always folded (a sixth of a pixel)
 
 

@@ -16,13 +16,14 @@ from helpers import REAL
 HANMIN = os.path.join(REAL, "hanmin_train_19k.pickle")
 FULLSTEP = os.path.join(REAL, "cs336kk_ctx128_fullstep.pickle")
 NOTRACE = os.path.join(REAL, "selectn_dev1_notrace.pickle")
+SAMPLE = os.path.join(ROOT, "sample_snapshots", "gpt_train.pickle.gz")  # fewer, larger allocations: tall bands
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
 
 @pytest.fixture(scope="module")
 def usage_server(tmp_path_factory):
     db = str(tmp_path_factory.mktemp("usage") / "store.sqlite")
-    for path in (HANMIN, FULLSTEP, NOTRACE):  # ids 1, 2, 3
+    for path in (HANMIN, FULLSTEP, NOTRACE, SAMPLE):  # ids 1, 2, 3, 4
         subprocess.run([sys.executable, "-m", "fragviz", "ingest", "--db", db, path], cwd=ROOT, check=True,
                        capture_output=True)
     srv = Server(db, samples=False)
@@ -58,8 +59,18 @@ def totals_by_state(page) -> dict[int, float]:
     return out
 
 
-def band_boxes(page):
-    return [b for b in (p.bounding_box() for p in page.locator("#allocation-bands .barlayer path").all()) if b]
+# Each band's rectangles in the page's pixels, with their words (the figure's hover table, layout.meta.bands)
+BANDS_ON_PAGE = """(() => {
+    const p = document.querySelector('#allocation-bands .js-plotly-plot'), f = p._fullLayout, t = f.meta.bands;
+    const b = p.getBoundingClientRect(), out = [];
+    for (let i = 0; i < t.x0.length; i++) {
+        const x0 = f.xaxis.l2p(t.x0[i]), x1 = f.xaxis.l2p(t.x1[i]), y0 = f.yaxis.l2p(t.y0[i]), y1 = f.yaxis.l2p(t.y1[i]);
+        out.push({x: b.left + f._size.l + (x0 + x1) / 2, y: b.top + f._size.t + (y0 + y1) / 2,
+                  area: Math.abs((x1 - x0) * (y1 - y0)), height: Math.abs(y1 - y0), text: t.text[t.band[i]],
+                  row: t.row[t.band[i]]});
+    }
+    return out;
+})()"""
 
 
 def drag(page, graph: str, start: float, width: float) -> None:
@@ -89,23 +100,28 @@ def test_kind_areas_add_up_to_the_replayed_allocated_bytes(page, usage_server, a
 
 
 def test_a_band_hovered_and_clicked_tells_its_size_lifetime_site_and_stack(page, usage_server):
-    page.goto(usage_server.url + "/snapshots/1")
+    page.goto(usage_server.url + "/snapshots/4")
     wait_drawn(page, "allocation-bands", "most live bytes")
     page.locator("#allocation-bands").scroll_into_view_if_needed()
-    # the largest bands first, until one whose site is a Python frame (a block from before the trace may have none)
-    for box in sorted(band_boxes(page), key=lambda b: -b["width"] * b["height"])[:40]:
-        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-        page.mouse.move(x, y)
-        page.wait_for_function("document.querySelector('#allocation-bands .hoverlayer').textContent.includes('kind')")
-        hover = page.evaluate("document.querySelector('#allocation-bands .hoverlayer').textContent")
-        if ".py:" in hover:
-            break
-    for words in ("requested", "at 0x", "states", "site /", "kind"):
+    # the tallest band with a stack (a pointer lands on whole pixels)
+    band = max((b for b in page.evaluate(BANDS_ON_PAGE) if "no stack recorded" not in b["text"]),
+               key=lambda b: b["height"])
+    assert band["height"] >= 3
+    x, y = band["x"], band["y"]
+    page.wait_for_function("document.querySelector('#allocation-bands .js-plotly-plot').__fvBands === true")
+    page.mouse.move(x - 2, y)
+    page.mouse.move(x, y)
+    page.wait_for_function("(() => { const t = document.querySelector('#allocation-bands .fv-band-tip');"
+                           " return t && t.style.display === 'block' && t.textContent.includes('requested'); })()")
+    hover = page.locator("#allocation-bands .fv-band-tip").inner_text()
+    for words in ("requested", "at 0x", "states", "site ", "kind"):
         assert words in hover
+    # the words are the band's own: its size and address as the hover table has them
+    assert hover.split("\n")[0] in band["text"].replace("<b>", "").replace("</b>", "")
     page.mouse.click(x, y)
     page.wait_for_function("document.querySelector('#stack-trace').innerText.includes('allocation of')")
     panel = page.locator("#stack-trace").inner_text()
-    assert "states" in panel and "site /" in panel
+    assert "states" in panel and "site " in panel
     assert page.locator("#stack-trace ol li").count() > 0  # the allocation's frames
     assert page.errors == []
 

@@ -110,3 +110,21 @@ def test_kind_rules_from_fragviz_toml_change_the_report(tmp_path):
     config.write_text('[kinds]\nkv_cache = ["("]\n')
     bad = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and str(config) in bad.stderr and "not a regular expression" in bad.stderr
+
+
+def test_the_readme_kinds_example_claims_the_samples_kv_cache(tmp_path):
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    assert block.startswith("[kinds]")
+    config = tmp_path / "fragviz.toml"
+    config.write_text(block)
+    sample = os.path.join(ROOT, "sample_snapshots", "gpt_infer_kvcache.pickle.gz")
+    run = [sys.executable, "-m", "fragviz", "report", "--json", sample]
+    before = json.loads(subprocess.run(run, cwd=ROOT, check=True, capture_output=True, text=True).stdout)
+    after = json.loads(subprocess.run(run, cwd=ROOT, check=True, capture_output=True, text=True,
+                                      env={**os.environ, "FRAGVIZ_CONFIG": str(config)}).stdout)
+    b, a = before["devices"][0], after["devices"][0]
+    assert b["kinds"]["kv_cache"] == 0 and b["kinds_at_peak"]["kv_cache"] == 0
+    # the decode loop's caches, grown by torch.cat in attention(), are live at the end and at the peak
+    assert a["kinds"]["kv_cache"] > 0 and a["kinds_at_peak"]["kv_cache"] > 0
+    assert a["kinds"]["activations"] == b["kinds"]["activations"] - a["kinds"]["kv_cache"]

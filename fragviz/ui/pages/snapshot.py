@@ -315,17 +315,21 @@ def register(app, app_ctx) -> None:
         Output(ids.TIMELINE, "className"), Input(ids.EVENT_INFO, "children"), prevent_initial_call=True)
 
     @app.callback(Output(ids.STACK_TRACE, "children"), Output(ids.STACK_SOURCE, "data"),
-                  Input(ids.SEGMENT_MAP, "clickData"), Input(ids.ALLOC_BANDS, "clickData"),
+                  Input(ids.SEGMENT_MAP, "clickData"), Input(ids.BAND_CLICK, "data"),
                   Input(ids.STACK_ALL, "value"), State(ids.STACK_SOURCE, "data"), State(ids.SNAPSHOT_URL, "pathname"),
                   State(ids.SNAPSHOT_URL, "search"), prevent_initial_call=True)
     def show_stack(block_click, band_click, show_all, source, pathname, search):
         # The panel shows the last thing clicked: a block of the segment map or a band of the allocation view
         trigger = dash_ctx.triggered_id
-        if trigger in (ids.SEGMENT_MAP, ids.ALLOC_BANDS):
-            point = ((block_click if trigger == ids.SEGMENT_MAP else band_click) or {}).get("points", [{}])[0]
+        if trigger == ids.SEGMENT_MAP:
+            point = (block_click or {}).get("points", [{}])[0]
             if "customdata" not in point:
                 return no_update, no_update
-            source = {"kind": "block" if trigger == ids.SEGMENT_MAP else "allocation", "key": point["customdata"]}
+            source = {"kind": "block", "key": point["customdata"]}
+        elif trigger == ids.BAND_CLICK:
+            if not band_click:
+                return no_update, no_update
+            source = {"kind": "allocation", "key": band_click["row"]}
         if not source:
             return no_update, no_update
         sid, device, event, _ = view_of(app_ctx, pathname, search)

@@ -20,7 +20,8 @@ def cards(n: int) -> list:
     if n == 0:  # the components stay, hidden: the stack panel's callback reads the bands' clicks
         hidden = html.Div(style={"display": "none"}, children=[
             dcc.RadioItems(id=ids.MEMORY_BY_GROUP, value="kind", options=["kind", "site"]),
-            dcc.Graph(id=ids.MEMORY_BY), dcc.Graph(id=ids.ALLOC_BANDS), dcc.Store(id=ids.USAGE_RANGE)])
+            dcc.Graph(id=ids.MEMORY_BY), dcc.Graph(id=ids.ALLOC_BANDS), dcc.Store(id=ids.USAGE_RANGE),
+            dcc.Store(id=ids.TIMELINE_FOLLOW), dcc.Store(id=ids.BAND_CLICK)])
         return [card("What holds memory over the trace", html.P(NO_TRACE, className="fv-hint"), hidden)]
     return [
         card("Live memory by kind",
@@ -35,7 +36,8 @@ def cards(n: int) -> list:
                     "site. Hover a band for its size, lifetime and site; click it for its stack (in the panel "
                     "below); drag to zoom.", className="fv-hint"),
              dcc.Loading(dcc.Graph(id=ids.ALLOC_BANDS, config=GRAPH_CONFIG, figure=empty_figure("drawing…"))),
-             dcc.Store(id=ids.USAGE_RANGE)),
+             dcc.Store(id=ids.USAGE_RANGE), dcc.Store(id=ids.TIMELINE_FOLLOW),
+             dcc.Store(id=ids.BAND_CLICK)),
     ]
 
 

@@ -16,6 +16,7 @@ from fragviz.ui.usage_figures import bands_figure, empty_figure, groups_figure
 def register(app, app_ctx) -> None:
     # The range all three views show, in events, from whichever graph was dragged (assets/usage.js)
     app.clientside_callback(ClientsideFunction("fragviz", "usageRange"), Output(ids.USAGE_RANGE, "data"),
+                            Output(ids.TIMELINE_FOLLOW, "data"),
                             Input(ids.TIMELINE, "relayoutData"), Input(ids.ALLOC_BANDS, "relayoutData"),
                             Input(ids.MEMORY_BY, "relayoutData"), State(ids.TIMELINE_AXIS, "value"),
                             prevent_initial_call=True)
@@ -25,7 +26,7 @@ def register(app, app_ctx) -> None:
                   State(ids.SNAPSHOT_URL, "pathname"), State(ids.SNAPSHOT_URL, "search"))
     def draw_usage(view_range, by, device, pathname, search):
         sid = page_sid(pathname)
-        _sid, cur_device, event, _n = view_of(app_ctx, pathname, search)
+        _sid, cur_device, _event, _n = view_of(app_ctx, pathname, search)
         device = cur_device if device is None else device
         if dash_ctx.triggered_id == ids.DEVICE:
             view_range = None  # a new device starts over its whole trace
@@ -37,14 +38,14 @@ def register(app, app_ctx) -> None:
         except FragvizError as exc:
             return empty_figure(str(exc)), empty_figure(str(exc))
         x_range = [lo, hi + 1] if view_range else None
-        return bands_figure(bands, event, x_range), groups_figure(groups, event, x_range)
+        return bands_figure(bands, x_range), groups_figure(groups, x_range)
 
-    @app.callback(Output(ids.TIMELINE, "figure", allow_duplicate=True), Input(ids.USAGE_RANGE, "data"),
+    @app.callback(Output(ids.TIMELINE, "figure", allow_duplicate=True), Input(ids.TIMELINE_FOLLOW, "data"),
                   State(ids.TIMELINE_AXIS, "value"), State(ids.SNAPSHOT_URL, "pathname"),
                   State(ids.SNAPSHOT_URL, "search"), prevent_initial_call=True)
     def follow_zoom(view_range, axis, pathname, search):
         # The timeline refines itself on its own drags; it follows the drags on the other two
-        if not view_range or view_range.get("from") == ids.TIMELINE:
+        if not view_range:
             return no_update
         sid, device, event, n = view_of(app_ctx, pathname, search)
         if view_range.get("all"):
@@ -52,5 +53,7 @@ def register(app, app_ctx) -> None:
         lo = min(view_range["lo"], n)
         return timeline(app_ctx, sid, device, event, lo, max(lo + 1, min(view_range["hi"], n) + 1), axis)
 
+    # The selected event's line on both views, placed in the browser (assets/usage.js)
     app.clientside_callback(ClientsideFunction("fragviz", "usageEventLine"), Output(ids.ALLOC_BANDS, "className"),
-                            Input(ids.EVENT_INFO, "children"), prevent_initial_call=True)
+                            Input(ids.EVENT_INFO, "children"), Input(ids.ALLOC_BANDS, "figure"),
+                            Input(ids.MEMORY_BY, "figure"))

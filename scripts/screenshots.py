@@ -1,0 +1,90 @@
+"""The README's screenshots of the snapshot page's views, taken from a real server in headless Chromium.
+
+    .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
+
+It ingests the bundled samples and, where ../shared/real_snapshots is beside the clone, a real training
+snapshot into a temporary store, serves it, and writes snapshot.png (the page's top), kinds.png (live
+memory by kind) and allocations.png (the allocation bands with one band's hover).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REAL = os.path.join(os.path.dirname(ROOT), "shared", "real_snapshots", "hanmin_train_19k.pickle")
+SAMPLE = os.path.join(ROOT, "sample_snapshots", "gpt_train.pickle.gz")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+# The page position of the largest band's middle, from the figure's hover table (layout.meta.bands)
+LARGEST_BAND = """(() => {
+    const p = document.querySelector('#allocation-bands .js-plotly-plot'), f = p._fullLayout, t = f.meta.bands;
+    const b = p.getBoundingClientRect();
+    let best = null, area = -1;
+    for (let i = 0; i < t.x0.length; i++) {
+        const x0 = f.xaxis.l2p(t.x0[i]), x1 = f.xaxis.l2p(t.x1[i]), y0 = f.yaxis.l2p(t.y0[i]), y1 = f.yaxis.l2p(t.y1[i]);
+        const a = Math.abs((x1 - x0) * (y1 - y0));
+        if (a > area) { area = a; best = [b.left + f._size.l + (x0 + x1) / 2, b.top + f._size.t + (y0 + y1) / 2]; }
+    }
+    return best;
+})()"""
+
+
+def serve(db: str) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "fragviz.cli", "serve", "--db", db, "--port", str(port)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(url + "/api/snapshots", timeout=2)
+            return proc, url
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit("the server did not start")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "screenshots"))
+    args = ap.parse_args()
+    db = os.path.join(tempfile.mkdtemp(prefix="fragviz-shots-"), "store.sqlite")
+    source = REAL if os.path.exists(REAL) else SAMPLE
+    subprocess.run([sys.executable, "-m", "fragviz.cli", "ingest", "--db", db, "--no-progress", source], cwd=ROOT,
+                   check=True, stdout=subprocess.DEVNULL)
+    from playwright.sync_api import sync_playwright
+
+    proc, url = serve(db)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1360, "height": 1000})
+            page.goto(f"{url}/snapshots/1")
+            page.wait_for_function("(() => { const p = document.querySelector('#allocation-bands .js-plotly-plot');"
+                                   " return !!(p && p._fullLayout && p._fullLayout.meta"
+                                   " && p._fullLayout.meta.bands); })()", timeout=120000)
+            page.wait_for_timeout(1500)
+            page.screenshot(path=os.path.join(args.out, "snapshot.png"))
+            page.locator("#memory-by-kind").screenshot(path=os.path.join(args.out, "kinds.png"))
+            bands = page.locator("#allocation-bands")
+            bands.scroll_into_view_if_needed()
+            centre = page.evaluate(LARGEST_BAND)
+            page.mouse.move(centre[0], centre[1])
+            page.wait_for_timeout(800)
+            bands.screenshot(path=os.path.join(args.out, "allocations.png"))
+            browser.close()
+    finally:
+        proc.terminate()
+    print(f"wrote snapshot.png, kinds.png and allocations.png to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
