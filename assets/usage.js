@@ -114,34 +114,42 @@
     return el;
   }
 
-  function watchBands(plot) {
-    if (plot.__fvBands) { return; }
-    plot.__fvBands = true;
-    var down = null;
-    plot.addEventListener('mousemove', function (event) {
-      var found = bandAt(plot, event), el = tip(plot);
-      if (!found || event.buttons) { el.style.display = 'none'; return; }
-      var box = plot.getBoundingClientRect();
-      el.innerHTML = found.text;  // escaped by the server: sites and frames are text
-      el.style.display = 'block';
-      var left = event.clientX - box.left + 14;
-      el.style.left = Math.min(left, box.width - el.offsetWidth - 4) + 'px';
-      el.style.top = (event.clientY - box.top + 14) + 'px';
-    });
-    plot.addEventListener('mouseleave', function () { tip(plot).style.display = 'none'; });
-    // Plotly covers the page while a button is down (for its drag-zoom), so the button's release is heard on
-    // the document; a release where it was pressed is a click
-    plot.addEventListener('mousedown', function (event) {
-      down = [event.clientX, event.clientY];
-      document.addEventListener('mouseup', function (up) {
-        if (Math.abs(up.clientX - down[0]) > 3 || Math.abs(up.clientY - down[1]) > 3) { return; }
-        var found = bandAt(plot, up);
-        if (found && found.row !== null && window.dash_clientside.set_props) {
-          window.dash_clientside.set_props('band-click', {data: {row: found.row, at: Date.now()}});
-        }
-      }, {capture: true, once: true});
-    });
+  // Listened for on the document (the plot's element is replaced when the graph is drawn again)
+  function bandsPlot(event) {
+    var el = event.target && event.target.closest && event.target.closest('#allocation-bands .js-plotly-plot');
+    return el || null;
   }
+
+  document.addEventListener('mousemove', function (event) {
+    var plot = bandsPlot(event);
+    var shown = document.querySelectorAll('#allocation-bands .fv-band-tip');
+    if (!plot) {
+      shown.forEach(function (el) { el.style.display = 'none'; });
+      return;
+    }
+    var found = event.buttons ? null : bandAt(plot, event), el = tip(plot);
+    if (!found) { el.style.display = 'none'; return; }
+    var box = plot.getBoundingClientRect();
+    el.innerHTML = found.text;  // escaped by the server: sites and frames are text
+    el.style.display = 'block';
+    el.style.left = Math.max(0, Math.min(event.clientX - box.left + 14, box.width - el.offsetWidth - 4)) + 'px';
+    el.style.top = (event.clientY - box.top + 14) + 'px';
+  }, true);
+
+  // Plotly covers the page while a button is down (for its drag-zoom), so the button's release is heard on
+  // the document; a release where it was pressed is a click
+  document.addEventListener('mousedown', function (event) {
+    var plot = bandsPlot(event);
+    if (!plot) { return; }
+    var down = [event.clientX, event.clientY];
+    document.addEventListener('mouseup', function (up) {
+      if (Math.abs(up.clientX - down[0]) > 3 || Math.abs(up.clientY - down[1]) > 3) { return; }
+      var found = bandAt(plot, up);
+      if (found && found.row !== null && window.dash_clientside.set_props) {
+        window.dash_clientside.set_props('band-click', {data: {row: found.row, at: Date.now()}});
+      }
+    }, {capture: true, once: true});
+  }, true);
 
   ns.fragviz.usageEventLine = function (info) {
     var m = /after (\d+) of/.exec(info || '');
@@ -154,7 +162,6 @@
         plot.__fvLine = true;
         plot.on('plotly_afterplot', function () { placeLine(plot); });
       }
-      if (id === 'allocation-bands') { watchBands(plot); }
       placeLine(plot);
     });
     return window.dash_clientside.no_update;

@@ -108,7 +108,6 @@ def test_a_band_hovered_and_clicked_tells_its_size_lifetime_site_and_stack(page,
                key=lambda b: b["height"])
     assert band["height"] >= 3
     x, y = band["x"], band["y"]
-    page.wait_for_function("document.querySelector('#allocation-bands .js-plotly-plot').__fvBands === true")
     page.mouse.move(x - 2, y)
     page.mouse.move(x, y)
     page.wait_for_function("(() => { const t = document.querySelector('#allocation-bands .fv-band-tip');"
