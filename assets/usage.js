@@ -133,7 +133,8 @@
     el.innerHTML = found.text;  // escaped by the server: sites and frames are text
     el.style.display = 'block';
     el.style.left = Math.max(0, Math.min(event.clientX - box.left + 14, box.width - el.offsetWidth - 4)) + 'px';
-    el.style.top = (event.clientY - box.top + 14) + 'px';
+    var below = event.clientY - box.top + 14;  // below the pointer, or above it where the plot ends
+    el.style.top = (below + el.offsetHeight > box.height ? Math.max(0, below - el.offsetHeight - 28) : below) + 'px';
   }, true);
 
   // Plotly covers the page while a button is down (for its drag-zoom), so the button's release is heard on

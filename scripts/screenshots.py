@@ -3,8 +3,9 @@
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 
 It ingests the bundled samples and, where ../shared/real_snapshots is beside the clone, a real training
-snapshot into a temporary store, serves it, and writes snapshot.png (the page's top), kinds.png (live
-memory by kind) and allocations.png (the allocation bands with one band's hover).
+snapshot (a full training step: parameters, activations, gradients, optimizer state) into a temporary store,
+serves it, and writes snapshot.png (the page's top) and kinds.png (live memory by kind) of it, and
+allocations.png (the allocation bands with one band's hover) of the bundled gpt_train sample.
 """
 from __future__ import annotations
 
@@ -18,18 +19,23 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REAL = os.path.join(os.path.dirname(ROOT), "shared", "real_snapshots", "hanmin_train_19k.pickle")
+REAL = os.path.join(os.path.dirname(ROOT), "shared", "real_snapshots", "cs336kk_ctx128_fullstep.pickle")
 SAMPLE = os.path.join(ROOT, "sample_snapshots", "gpt_train.pickle.gz")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-# The page position of the largest band's middle, from the figure's hover table (layout.meta.bands)
+BANDS_DRAWN = ("(() => { const p = document.querySelector('#allocation-bands .js-plotly-plot');"
+               " return !!(p && p._fullLayout && p._fullLayout.meta && p._fullLayout.meta.bands); })()")
+# The page position of the tallest band with a stack (its middle), from the figure's hover table (layout.meta)
 LARGEST_BAND = """(() => {
     const p = document.querySelector('#allocation-bands .js-plotly-plot'), f = p._fullLayout, t = f.meta.bands;
     const b = p.getBoundingClientRect();
-    let best = null, area = -1;
+    let best = null, tallest = -1;
     for (let i = 0; i < t.x0.length; i++) {
+        if (t.text[t.band[i]].includes('no stack recorded')) { continue; }
         const x0 = f.xaxis.l2p(t.x0[i]), x1 = f.xaxis.l2p(t.x1[i]), y0 = f.yaxis.l2p(t.y0[i]), y1 = f.yaxis.l2p(t.y1[i]);
-        const a = Math.abs((x1 - x0) * (y1 - y0));
-        if (a > area) { area = a; best = [b.left + f._size.l + (x0 + x1) / 2, b.top + f._size.t + (y0 + y1) / 2]; }
+        if (Math.abs(y1 - y0) > tallest) {
+            tallest = Math.abs(y1 - y0);
+            best = [b.left + f._size.l + (x0 + x1) / 2, b.top + f._size.t + (y0 + y1) / 2];
+        }
     }
     return best;
 })()"""
@@ -56,8 +62,8 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "screenshots"))
     args = ap.parse_args()
     db = os.path.join(tempfile.mkdtemp(prefix="fragviz-shots-"), "store.sqlite")
-    source = REAL if os.path.exists(REAL) else SAMPLE
-    subprocess.run([sys.executable, "-m", "fragviz.cli", "ingest", "--db", db, "--no-progress", source], cwd=ROOT,
+    sources = [REAL, SAMPLE] if os.path.exists(REAL) else [SAMPLE, SAMPLE]  # ids 1 and 2 (or 1 twice)
+    subprocess.run([sys.executable, "-m", "fragviz.cli", "ingest", "--db", db, "--no-progress", *sources], cwd=ROOT,
                    check=True, stdout=subprocess.DEVNULL)
     from playwright.sync_api import sync_playwright
 
@@ -67,18 +73,22 @@ def main() -> int:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1360, "height": 1000})
             page.goto(f"{url}/snapshots/1")
-            page.wait_for_function("(() => { const p = document.querySelector('#allocation-bands .js-plotly-plot');"
-                                   " return !!(p && p._fullLayout && p._fullLayout.meta"
-                                   " && p._fullLayout.meta.bands); })()", timeout=120000)
+            page.wait_for_function(BANDS_DRAWN, timeout=120000)
             page.wait_for_timeout(1500)
             page.screenshot(path=os.path.join(args.out, "snapshot.png"))
             page.locator("#memory-by-kind").screenshot(path=os.path.join(args.out, "kinds.png"))
+            # the bands of the bundled sample: fewer, larger allocations, tall enough to point at
+            page.goto(f"{url}/snapshots/{2 if os.path.exists(REAL) else 1}")
+            page.wait_for_function(BANDS_DRAWN, timeout=120000)
             bands = page.locator("#allocation-bands")
             bands.scroll_into_view_if_needed()
+            page.wait_for_timeout(1000)
             centre = page.evaluate(LARGEST_BAND)
+            page.mouse.move(centre[0] - 2, centre[1])
             page.mouse.move(centre[0], centre[1])
             page.wait_for_timeout(800)
-            bands.screenshot(path=os.path.join(args.out, "allocations.png"))
+            box = bands.bounding_box()  # a clip of the page: an element's own screenshot would scroll first
+            page.screenshot(path=os.path.join(args.out, "allocations.png"), clip=box)
             browser.close()
     finally:
         proc.terminate()

@@ -29,9 +29,6 @@ class StackFacts:
     sites: list[str]
     first_user: list[str]
 
-    @property
-    def escaped_sites(self) -> list[str]:
-        return _escaped(tuple(self.sites))
 
     def of(self, stacks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Site and kind indices of allocations with these stacks."""
@@ -132,30 +129,32 @@ class UsageViews:
         """One allocation's record, for the stack panel."""
         u = self.usage(sid, device)
         lt = u.lifetimes
-        return {"stack": int(lt.stack[row]), "hover": band_hover(u, row), "size": int(lt.size[row]),
-                "address": int(lt.address[row])}
+        return {"stack": int(lt.stack[row]), "facts": band_facts(u, np.asarray([row]))[0],
+                "size": int(lt.size[row]), "address": int(lt.address[row])}
 
 
-def band_hovers(u: DeviceUsage, rows: np.ndarray) -> list[str]:
-    """The words for each allocation: size, requested size, lifetime in events and time, site, first user frame."""
+def band_facts(u: DeviceUsage, rows: np.ndarray) -> list[list[str]]:
+    """The words for each allocation, as plain lines: size, requested size and address; lifetime in events
+    and time; site; kind; the first user frame where it is not the site."""
     lt, last = u.lifetimes, u.lifetimes.states - 1
     cols = [c[rows].tolist() for c in (lt.start, lt.end, lt.size, lt.requested, lt.address, lt.start_us, lt.end_us,
                                        lt.stack, u.site, u.kind)]
-    sites = u.facts.escaped_sites
     out = []
     for start, end, size, requested, address, start_us, end_us, stack, site, kind in zip(*cols):
-        text = (f"<b>{format_bytes(size)}</b> (requested {format_bytes(requested)}) at {address:#x}<br>"
-                f"{_life(start, end, last)}{_duration(start_us, end_us)}<br>site {sites[site]}<br>"
-                f"kind {KINDS[kind]}")
+        lines = [f"{format_bytes(size)} (requested {format_bytes(requested)}) at {address:#x}",
+                 f"{_life(start, end, last)}{_duration(start_us, end_us)}", f"site {u.facts.sites[site]}",
+                 f"kind {KINDS[kind]}"]
         frame = u.facts.first_user[stack] if 0 <= stack < len(u.facts.first_user) else ""
         if frame and not u.facts.sites[site].startswith(frame):
-            text += f"<br>first user frame {_escape(frame)}"
-        out.append(text)
+            lines.append(f"first user frame {frame}")
+        out.append(lines)
     return out
 
 
-def band_hover(u: DeviceUsage, row: int) -> str:
-    return band_hovers(u, np.asarray([row]))[0]
+def band_hovers(u: DeviceUsage, rows: np.ndarray) -> list[str]:
+    """The same words as HTML for the pointer's box: escaped, the first line in bold."""
+    return ["<br>".join([f"<b>{_escape(lines[0])}</b>"] + [_escape(line) for line in lines[1:]])
+            for lines in band_facts(u, rows)]
 
 
 def _life(start: int, end: int, last: int) -> str:
@@ -175,11 +174,6 @@ def _duration(start_us: int, end_us: int) -> str:
         return ""
     seconds = (end_us - start_us) / 1e6
     return f", {seconds * 1000:.3g} ms" if seconds < 1 else f", {seconds:.3g} s"
-
-
-@lru_cache(maxsize=16)
-def _escaped(texts: tuple[str, ...]) -> list[str]:
-    return [_escape(t) for t in texts]
 
 
 def _escape(text: str) -> str:

@@ -104,8 +104,7 @@ def _path_shape(x0: np.ndarray, x1: np.ndarray, y0: np.ndarray, y1: np.ndarray, 
     """Rectangles as one closed SVG path in the axes' units (states are whole numbers: written whole)."""
     path = "".join(f"M{a},{c:.4g}H{b}V{d:.4g}H{a}Z"
                    for a, b, c, d in zip(x0.tolist(), x1.tolist(), y0.tolist(), y1.tolist()))
-    return dict(type="path", path=path, xref="x", yref="y", fillcolor=color, layer="below",
-                line=dict(width=0.4, color="#ffffff"))
+    return dict(type="path", path=path, xref="x", yref="y", fillcolor=color, layer="below", line=dict(width=0))
 
 
 def _hover_table(view: BandView, scale: float) -> dict:

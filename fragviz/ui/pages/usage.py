@@ -41,14 +41,9 @@ def cards(n: int) -> list:
     ]
 
 
-def allocation_panel(app_ctx, sid: int, device: int, row: int) -> tuple[html.P, int]:
+def allocation_panel(app_ctx, sid: int, device: int, row: int) -> tuple[html.Div, int]:
     """The head of the stack panel for a clicked band, and the allocation's stack."""
     record = app_ctx.views.usage.allocation(sid, device, row)
-    lines = record["hover"].replace("<b>", "").replace("</b>", "").split("<br>")
     head = html.Div([html.P(f"allocation of {fb(record['size'])} at {record['address']:#x}"),
-                     html.Ul([html.Li(_unescape(line)) for line in lines[1:]], className="fv-alloc-facts")])
+                     html.Ul([html.Li(line) for line in record["facts"][1:]], className="fv-alloc-facts")])
     return head, record["stack"]
-
-
-def _unescape(text: str) -> str:
-    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")

@@ -9,7 +9,7 @@ from dash import ClientsideFunction, Input, Output, State, ctx as dash_ctx, no_u
 
 from fragviz.errors import FragvizError
 from fragviz.ui import ids
-from fragviz.ui.pages.snapshot import page_sid, timeline, view_of
+from fragviz.ui.pages.snapshot import timeline, view_of
 from fragviz.ui.usage_figures import bands_figure, empty_figure, groups_figure
 
 
@@ -25,14 +25,11 @@ def register(app, app_ctx) -> None:
                   Input(ids.USAGE_RANGE, "data"), Input(ids.MEMORY_BY_GROUP, "value"), Input(ids.DEVICE, "value"),
                   State(ids.SNAPSHOT_URL, "pathname"), State(ids.SNAPSHOT_URL, "search"))
     def draw_usage(view_range, by, device, pathname, search):
-        sid = page_sid(pathname)
-        _sid, cur_device, _event, _n = view_of(app_ctx, pathname, search)
+        sid, cur_device, _event, n = view_of(app_ctx, pathname, search)
         device = cur_device if device is None else device
-        if dash_ctx.triggered_id == ids.DEVICE:
-            view_range = None  # a new device starts over its whole trace
-        if view_range and view_range.get("all"):
-            view_range = None
-        lo, hi = (view_range["lo"], min(view_range["hi"], _n)) if view_range else (0, None)
+        if dash_ctx.triggered_id == ids.DEVICE or (view_range and view_range.get("all")):
+            view_range = None  # a new device starts over its whole trace, as does a reset of the zoom
+        lo, hi = (min(view_range["lo"], n), min(view_range["hi"], n)) if view_range else (0, None)
         try:
             bands, groups = app_ctx.views.usage.view(sid, device, by or "kind", lo, hi)
         except FragvizError as exc:
