@@ -14,37 +14,18 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import ROOT, benchmark_snapshot, mib, run_measured  # noqa: E402
+from bench.common import benchmark_snapshot, mib, run_measured, serve  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 PLOT_READY = ("(id) => { const p = document.querySelector('#' + id + ' .js-plotly-plot');"
               " return !!(p && p._fullData && p._fullData.length > 0); }")
-
-
-def serve(db: str) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "fragviz.cli", "serve", "--db", db, "--port", str(port)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(url + "/api/snapshots", timeout=2)
-            return proc, url
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("the server did not start")
 
 
 def pct(values: list[float], q: float) -> float:

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "out")
@@ -62,3 +64,20 @@ def bare_load(path: str, gc_disabled: bool = False) -> tuple[float, int]:
 
 def mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB"
+
+
+def serve(db: str) -> tuple[subprocess.Popen, str]:
+    """A dashboard server over the store `db` on a free port, once it answers: (process, its URL)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "fragviz.cli", "serve", "--db", db, "--port", str(port)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(url + "/api/snapshots", timeout=2)
+            return proc, url
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit("the server did not start")

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench.common import serve  # noqa: E402
 REAL = os.path.join(os.path.dirname(ROOT), "shared", "real_snapshots", "cs336kk_ctx128_fullstep.pickle")
 SAMPLE = os.path.join(ROOT, "sample_snapshots", "gpt_train.pickle.gz")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
@@ -39,22 +39,6 @@ LARGEST_BAND = """(() => {
     }
     return best;
 })()"""
-
-
-def serve(db: str) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "fragviz.cli", "serve", "--db", db, "--port", str(port)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(url + "/api/snapshots", timeout=2)
-            return proc, url
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("the server did not start")
 
 
 def main() -> int:
