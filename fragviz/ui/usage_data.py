@@ -29,7 +29,6 @@ class StackFacts:
     sites: list[str]
     first_user: list[str]
 
-
     def of(self, stacks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Site and kind indices of allocations with these stacks."""
         known = (stacks >= 0) & (stacks < len(self.site))
