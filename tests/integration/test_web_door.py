@@ -250,9 +250,15 @@ def test_an_upload_over_the_limit_is_413_naming_the_limit(small, how):
 
 
 def test_more_concurrent_uploads_than_slots_get_503_and_retry_after_at_once(small):
-    holders = [stalled_upload(small.port) for _ in range(2)]  # the server has two slots
+    holders: list[socket.socket] = []  # two uploads in progress: the server has two slots
     try:
         def refused() -> Answer | None:
+            # a holder that came while an earlier upload still held a slot was itself refused: replace it
+            for s in [s for s in holders if closed_by_server(s)]:
+                holders.remove(s)
+                s.close()
+            while len(holders) < 2:
+                holders.append(stalled_upload(small.port))
             answer = small.upload(b"not a snapshot")
             return answer if answer[0] == 503 else None
 
