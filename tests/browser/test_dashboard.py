@@ -85,8 +85,7 @@ def test_step_through_events_and_the_url_follows(page, server):
 
 
 def test_the_oom_sample_shows_its_verdict(page, server):
-    rows = server.get_json("/api/snapshots")
-    sid = next(r["id"] for r in rows if r["name"] == "gpt_train_fragmentation_oom.pickle.gz")
+    sid = server.sample_id("gpt_train_fragmentation_oom.pickle.gz")
     page.goto(f"{server.url}/snapshots/{sid}")
     page.wait_for_selector("#oom-verdict .fv-verdict", timeout=60000)
     verdict = page.locator("#oom-verdict").inner_text()
@@ -187,8 +186,7 @@ def test_binding_beyond_loopback_without_a_token_refuses_to_start(tmp_path):
 
 
 def test_what_if_runs_in_the_background_and_overlays_the_run(page, server):
-    rows = server.get_json("/api/snapshots")
-    sid = next(r["id"] for r in rows if r["name"] == "gpt_train_fragmentation_oom.pickle.gz")
+    sid = server.sample_id("gpt_train_fragmentation_oom.pickle.gz")
     page.goto(f"{server.url}/whatif/{sid}?device=0")
     page.wait_for_selector("#whatif-run")
     page.fill("#whatif-conf", "nonsense_key:1")
@@ -206,9 +204,8 @@ def test_what_if_runs_in_the_background_and_overlays_the_run(page, server):
 
 
 def test_compare_two_snapshots_by_allocation_site(page, server):
-    rows = server.get_json("/api/snapshots")
-    a = next(r["id"] for r in rows if r["name"] == "gpt_train_fragmentation_oom.pickle.gz")
-    b = next(r["id"] for r in rows if r["name"] == "gpt_train_expandable.pickle.gz")
+    a = server.sample_id("gpt_train_fragmentation_oom.pickle.gz")
+    b = server.sample_id("gpt_train_expandable.pickle.gz")
     page.goto(f"{server.url}/compare?a={a}&b={b}")
     page.wait_for_selector("#compare-table td", timeout=30000)
     summary = page.locator("#compare-summary").inner_text()

@@ -9,13 +9,10 @@ import os
 import pickle
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-from conftest import ROOT, free_port
+from conftest import ROOT, Server
 from helpers import REAL
 
 from fragviz.units import format_bytes
@@ -27,62 +24,10 @@ FRAG_SAMPLE = os.path.join(ROOT, "sample_snapshots", "gpt_train_fragmentation_oo
 NOT_A_SNAPSHOT = os.path.join(REAL, "negative", "mygpt_not_a_snapshot.pickle")
 
 
-class LoggedServer:
-    """`python app.py` (samples ingested) in a subprocess, its stderr (the request log, any traceback) in a file."""
-
-    def __init__(self, db: str, log: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log
-        self._log = open(log, "wb")
-        self.proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "app.py"), "--db", db, "--port",
-                                      str(self.port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._log)
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(self.url + "/", timeout=2)
-                return
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError("the server exited: " + self.logged()[-2000:])
-                time.sleep(0.3)
-        raise RuntimeError("the server did not start within 90 s")
-
-    def logged(self, since: int = 0) -> str:
-        with open(self.log_path, "rb") as fh:
-            fh.seek(since)
-            return fh.read().decode(errors="replace")
-
-    def log_size(self) -> int:
-        return os.path.getsize(self.log_path)
-
-    def get_json(self, path: str):
-        with urllib.request.urlopen(self.url + path, timeout=120) as resp:
-            return json.loads(resp.read())
-
-    def upload(self, path: str) -> int:
-        req = urllib.request.Request(self.url + "/api/snapshots", data=open(path, "rb").read(), method="POST",
-                                     headers={"Content-Type": "application/octet-stream",
-                                              "X-Filename": os.path.basename(path)})
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return json.loads(resp.read())["id"]
-
-    def sample_id(self, name: str) -> int:
-        return next(r["id"] for r in self.get_json("/api/snapshots") if r["name"] == name)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._log.close()
-
-
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory):
     where = tmp_path_factory.mktemp("pages")
-    srv = LoggedServer(str(where / "store.sqlite"), str(where / "server.log"))
+    srv = Server(str(where / "store.sqlite"), log=str(where / "server.log"))
     yield srv
     srv.stop()
 

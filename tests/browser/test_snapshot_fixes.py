@@ -161,8 +161,7 @@ def test_timeline_steps_ticks_and_named_spans(page, server, tmp_path):
 
 
 def test_gap_histogram_ticks_are_whole_and_apart(page, server):
-    rows = server.get_json("/api/snapshots")
-    sid = next(r["id"] for r in rows if r["name"] == "gpt_train_fragmentation_oom.pickle.gz")
+    sid = server.sample_id("gpt_train_fragmentation_oom.pickle.gz")
     page.goto(f"{server.url}/snapshots/{sid}")
     page.wait_for_selector("#gap-histogram .bars path", timeout=30000)
     page.wait_for_function(f"{PLOT.format('gap-histogram')}.layout.annotations.length > 0")  # the failed request

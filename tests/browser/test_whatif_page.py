@@ -26,10 +26,6 @@ def upload(server, path: str) -> int:
         return json.loads(resp.read())["id"]
 
 
-def sample_id(server, name: str) -> int:
-    return next(r["id"] for r in server.get_json("/api/snapshots") if r["name"] == name)
-
-
 def table_rows(page) -> list[list[str]]:
     return page.evaluate("[...document.querySelectorAll('#whatif-status table tbody tr')]"
                          ".map(r => [...r.cells].map(c => c.innerText))")
@@ -66,7 +62,7 @@ def recorded_by_hand() -> tuple[int, int, int]:
 
 def test_a_recorded_oom_stands_beside_the_simulated_runs(page, server):
     peak, event, _ = recorded_by_hand()
-    page.goto(f"{server.url}/whatif/{sample_id(server, 'gpt_train_fragmentation_oom.pickle.gz')}?device=0")
+    page.goto(f"{server.url}/whatif/{server.sample_id('gpt_train_fragmentation_oom.pickle.gz')}?device=0")
     page.wait_for_selector("#whatif-run")
     simulate(page, "expandable_segments:True")
     recorded, baseline, given = table_rows(page)
@@ -85,7 +81,7 @@ def test_a_recorded_oom_stands_beside_the_simulated_runs(page, server):
 
 
 def test_no_oom_claim_without_a_device_size(page, server):
-    page.goto(f"{server.url}/whatif/{sample_id(server, 'gpt_train.pickle.gz')}?device=0")
+    page.goto(f"{server.url}/whatif/{server.sample_id('gpt_train.pickle.gz')}?device=0")
     page.wait_for_selector("#whatif-run")
     simulate(page, "expandable_segments:True")
     _, baseline, given = table_rows(page)
