@@ -68,9 +68,6 @@ class KindRules:
                 return kind
         return "other"
 
-    def kinds_of(self, stacks: Iterable[Sequence[Frame]]) -> list[str]:
-        return [self.kind_of(frames) for frames in stacks]
-
     def kind_indices(self, frames: Sequence[Frame], stacks: Sequence[Sequence[int]]) -> np.ndarray:
         """The KINDS index of every stack (given as indices into `frames`), each distinct frame matched once."""
         masks = [sum(1 << i for i, (_, p) in enumerate(self.rules) if p.search(f"{f.filename}:{f.name}"))

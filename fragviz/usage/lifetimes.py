@@ -47,10 +47,6 @@ class Lifetimes:
     def from_columns(cls, cols: dict[str, np.ndarray], states: int) -> Lifetimes:
         return cls(**{name: np.asarray(cols[name], _DTYPES[name]) for name in COLUMNS}, states=states)
 
-    def live_at(self, k: int) -> np.ndarray:
-        """Indices of the allocations live in state k."""
-        return np.nonzero((self.start <= k) & (self.end > k))[0]
-
     def live_bytes(self, lo: int, hi: int) -> np.ndarray:
         """Live bytes in every state lo..hi (inclusive), summed from the records."""
         span = hi - lo + 1

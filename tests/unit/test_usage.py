@@ -56,7 +56,6 @@ def test_live_bytes_of_every_state_match_the_replay():
     assert (lt.live_bytes(0, 6) // MiB).tolist() == expected_mib
     assert lt.live_bytes(0, 6).tolist() == analysis.replays[0].series["allocated"].tolist()
     assert (lt.live_bytes(2, 4) // MiB).tolist() == [7, 7, 6]
-    assert sorted(lt.live_at(3).tolist()) == sorted(np.nonzero((lt.start <= 3) & (lt.end > 3))[0].tolist())
 
 
 def test_the_report_gives_live_bytes_by_kind_at_the_end_and_at_the_peak():
