@@ -16,6 +16,7 @@ from fragviz.snapshot.loader import content_hash, decode_bytes, read_file
 from fragviz.units import cut
 from fragviz.snapshot.parse import parse_snapshot
 from fragviz.store.schema import database_path, disk_is_full, is_busy
+from fragviz.summaries import summary_of
 from fragviz.store.writer import find_by_hash, write_analysis
 
 PhaseFn = Callable[[str], None]
@@ -119,7 +120,7 @@ def _ingest(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, ph
     phase("replay")
     analysis = analyze(snapshot, progress)
     phase("store")
-    sid, new = write_analysis(conn, analysis, digest, size)
+    sid, new = write_analysis(conn, analysis, summary_of(analysis), digest, size)
     return IngestResult(source, sid, "ingested" if new else "unchanged")
 
 

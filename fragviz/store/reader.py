@@ -21,6 +21,7 @@ from fragviz.replay import DeviceReplay, checkpoint_before, restore_layout
 from fragviz.replay.layout import default_sizer
 from fragviz.replay.state import layout_segments
 from fragviz.store.live import LiveReader
+from fragviz.store.records import Job, JobRank, Summary
 from fragviz.store.schema import CHUNK_EVENTS, connect
 from fragviz.store.writer import TRACE_COLUMNS
 from fragviz.usage.lifetimes import Lifetimes
@@ -35,7 +36,7 @@ class SnapshotRow:
     added_at: str
     devices: list[int]
     warnings: list[str]
-    summary: dict[str, Any]
+    summary: Summary
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,24 @@ class StoreReader:
         return {"format": FormatInfo(**{**fmt, "features": tuple(fmt["features"])}),
                 "allocator_settings": _loads(row[1]), "external_annotations": _loads(row[2]),
                 "provenance": _loads(row[3]), "warnings": json.loads(row[4])}
+
+    # -- jobs ------------------------------------------------------------------------------------------
+    def jobs(self) -> list[Job]:
+        """Every job, newest first, with its ranks."""
+        rows = self._conn().execute("SELECT id FROM jobs ORDER BY id DESC").fetchall()
+        return [self.job(r[0]) for r in rows]
+
+    def job(self, job_id: int) -> Job:
+        row = self._conn().execute("SELECT id, name, created_at FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"{self.path}: no job with id {job_id}")
+        ranks = self._conn().execute("SELECT r.rank, r.snapshot_id, s.name FROM job_ranks r JOIN snapshots s "
+                                     "ON s.id = r.snapshot_id WHERE r.job_id = ? ORDER BY r.rank", (job_id,))
+        return Job(row[0], row[1], row[2], tuple(JobRank(*r) for r in ranks))
+
+    def job_named(self, name: str) -> Job | None:
+        row = self._conn().execute("SELECT id FROM jobs WHERE name = ?", (name,)).fetchone()
+        return None if row is None else self.job(row[0])
 
     # -- whole snapshots -------------------------------------------------------------------------------
     def load_analysis(self, sid: int) -> Analysis:
@@ -420,9 +439,9 @@ class _LazySeries(Mapping):
 
 def _row(r: tuple) -> SnapshotRow:
     sid, name, digest, size, added, warnings, summary = r
-    summary = json.loads(summary)
-    return SnapshotRow(sid, name, digest, size, added, [d["device"] for d in summary["devices"]],
-                       json.loads(warnings), summary)
+    record = Summary.from_json(summary)
+    return SnapshotRow(sid, name, digest, size, added, [d.device for d in record.devices], json.loads(warnings),
+                       record)
 
 
 def _loads(value: str | None) -> Any:

@@ -42,7 +42,7 @@ from fragviz.replay.engine import CHECKPOINT_EVERY
 from fragviz.settings import setting
 from fragviz.units import cut
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 CHUNK_EVENTS = CHECKPOINT_EVERY
 
 DDL = """
@@ -162,7 +162,17 @@ CREATE TABLE IF NOT EXISTS allocations (
 );
 """
 
-MIGRATIONS = {1: LIVE_DDL, 2: USAGE_DDL}  # MIGRATIONS[v]: from version v to v + 1
+JOBS_DDL = """
+CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS job_ranks (
+    job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+    rank INTEGER NOT NULL,
+    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
+    PRIMARY KEY (job_id, rank)
+);
+"""
+
+MIGRATIONS = {1: LIVE_DDL, 2: USAGE_DDL, 3: JOBS_DDL}  # MIGRATIONS[v]: from version v to v + 1
 
 
 def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
@@ -286,7 +296,7 @@ def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
     if have is None:  # the tables and their version in one transaction: a reader never sees one without the other
         from fragviz import __version__
 
-        conn.executescript("BEGIN IMMEDIATE;" + DDL + LIVE_DDL + USAGE_DDL
+        conn.executescript("BEGIN IMMEDIATE;" + DDL + LIVE_DDL + USAGE_DDL + JOBS_DDL
                            + f"INSERT OR REPLACE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
                            + f"INSERT OR REPLACE INTO meta VALUES ('created_by', 'fragviz {__version__}');COMMIT;")
     elif have < SCHEMA_VERSION:

@@ -13,7 +13,7 @@ from fragviz.columns import encode_columns
 from fragviz.lod import bucket_sizes, per_event, summarise
 from fragviz.model import Snapshot, Trace
 from fragviz.replay import DeviceReplay
-from fragviz.report import report_dict
+from fragviz.store.records import Summary
 from fragviz.store.schema import CHUNK_EVENTS
 
 
@@ -22,7 +22,7 @@ def find_by_hash(conn: sqlite3.Connection, content_hash: str) -> int | None:
     return row[0] if row else None
 
 
-def write_analysis(conn: sqlite3.Connection, analysis: Analysis, content_hash: str,
+def write_analysis(conn: sqlite3.Connection, analysis: Analysis, summary: Summary, content_hash: str,
                    file_size: int) -> tuple[int, bool]:
     """Store `analysis` in one transaction: (snapshot id, True if new). On any error the store is unchanged.
 
@@ -34,7 +34,7 @@ def write_analysis(conn: sqlite3.Connection, analysis: Analysis, content_hash: s
         if existing is not None:
             conn.execute("ROLLBACK")
             return existing, False
-        sid = _insert_snapshot(conn, analysis, content_hash, file_size)
+        sid = _insert_snapshot(conn, analysis, summary, content_hash, file_size)
         _insert_stacks(conn, sid, analysis.snapshot)
         for device in analysis.snapshot.devices():
             _insert_device(conn, sid, analysis.snapshot, analysis.replays[device])
@@ -46,16 +46,16 @@ def write_analysis(conn: sqlite3.Connection, analysis: Analysis, content_hash: s
         raise
 
 
-def _insert_snapshot(conn: sqlite3.Connection, analysis: Analysis, content_hash: str, file_size: int) -> int:
+def _insert_snapshot(conn: sqlite3.Connection, analysis: Analysis, summary: Summary, content_hash: str,
+                     file_size: int) -> int:
     snap = analysis.snapshot
-    summary = report_dict(analysis)
     cur = conn.execute(
         "INSERT INTO snapshots (name, content_hash, file_size, added_at, format, warnings, allocator_settings, "
         "external_annotations, strings, provenance, summary) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (snap.source, content_hash, file_size, datetime.now(timezone.utc).isoformat(timespec="seconds"),
          json.dumps(snap.format.as_dict()), json.dumps(analysis.warnings), _json_or_none(snap.allocator_settings),
          _json_or_none(snap.external_annotations), json.dumps(list(snap.strings)),
-         _json_or_none(snap.provenance), json.dumps(summary)))
+         _json_or_none(snap.provenance), summary.to_json()))
     return int(cur.lastrowid)
 
 
@@ -127,3 +127,21 @@ def _series_chunks(series: dict[str, np.ndarray]):
     n = len(next(iter(series.values())))
     for c, lo in enumerate(range(0, n, CHUNK_EVENTS)):
         yield c, encode_columns({k: v[lo:lo + CHUNK_EVENTS] for k, v in series.items()})
+
+
+def add_job_ranks(conn: sqlite3.Connection, job: str, ranks: list[tuple[int, int]]) -> int:
+    """Put snapshots into the job named `job` (made if new) as (rank, snapshot id); a rank given again is
+    replaced. Returns the job's id."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("INSERT OR IGNORE INTO jobs (name, created_at) VALUES (?, ?)",
+                     (job, datetime.now(timezone.utc).isoformat(timespec="seconds")))
+        job_id = conn.execute("SELECT id FROM jobs WHERE name = ?", (job,)).fetchone()[0]
+        conn.executemany("INSERT OR REPLACE INTO job_ranks VALUES (?, ?, ?)",
+                         [(job_id, rank, sid) for rank, sid in ranks])
+        conn.execute("COMMIT")
+        return int(job_id)
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

@@ -217,12 +217,12 @@ class _FilePart:
 
 
 def snapshot_entry(row) -> dict[str, Any]:
-    devices = row.summary["devices"]
+    devices = row.summary.devices
     return {"id": row.id, "name": row.name, "devices": row.devices, "file_size": row.file_size,
             "added_at": row.added_at, "content_hash": row.content_hash,
-            "reserved_bytes": sum(d["reserved_bytes"] for d in devices),
-            "peak_reserved_bytes": sum(d["peak_reserved_bytes"] for d in devices),
-            "ooms": sum(d["trace_actions"].get("oom", 0) for d in devices), "warnings": len(row.warnings)}
+            "reserved_bytes": sum(d.reserved_bytes for d in devices),
+            "peak_reserved_bytes": sum(d.peak_reserved_bytes for d in devices),
+            "ooms": row.summary.ooms, "warnings": len(row.warnings)}
 
 
 def state_json(segments, figures, event: int, device: int) -> dict[str, Any]:

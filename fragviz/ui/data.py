@@ -59,8 +59,7 @@ class Views:
         return {self.frames(sid, s): size for s, size in top}
 
     def _doctor(self, sid: int) -> list[dict[str, Any]]:
-        summary = self.reader.snapshot_row(sid).summary
-        if not any(d["trace_actions"].get("oom") for d in summary["devices"]):
+        if not self.reader.snapshot_row(sid).summary.ooms:
             return []  # nothing to diagnose: no need to load the traces
         return diagnose(self.analysis(sid))
 

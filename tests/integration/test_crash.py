@@ -151,15 +151,15 @@ def check_whole(db: str, reader: StoreReader, sid: int) -> None:
     conn = connect(db, readonly=True)
     try:
         rows = dict(conn.execute("SELECT device, trace_events FROM devices WHERE snapshot_id = ?", (sid,)).fetchall())
-        assert sorted(rows) == sorted(d["device"] for d in summary["devices"]), sid
+        assert sorted(rows) == sorted(d.device for d in summary.devices), sid
 
         def count(table: str, device: int) -> int:
             return conn.execute(f"SELECT count(*) FROM {table} WHERE snapshot_id = ? AND device = ?",
                                 (sid, device)).fetchone()[0]
-        for d in summary["devices"]:
-            dev, n = d["device"], d["trace_events"]
+        for d in summary.devices:
+            dev, n = d.device, d.trace_events
             assert rows[dev] == n, (sid, dev)
-            assert count("segments", dev) == d["segments"] and count("blocks", dev) == d["blocks"], (sid, dev)
+            assert count("segments", dev) == d.segments and count("blocks", dev) == d.blocks, (sid, dev)
             assert count("trace_chunks", dev) == math.ceil(n / CHUNK_EVENTS), (sid, dev)
             assert count("series_chunks", dev) == math.ceil((n + 1) / CHUNK_EVENTS), (sid, dev)
     finally:

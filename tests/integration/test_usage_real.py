@@ -12,6 +12,7 @@ import pytest
 
 from fragviz.analysis import analyze
 from fragviz.ingest import ingest_file
+from fragviz.report import report_dict
 from fragviz.snapshot import load_snapshot
 from fragviz.store.reader import StoreReader
 from fragviz.store.schema import connect
@@ -49,8 +50,8 @@ def test_the_views_by_kind_match_the_report_at_the_end_and_at_the_peak(store, na
     db, ids = store
     reader = StoreReader(db)
     views = UsageViews(reader)
-    summary = reader.snapshot_row(ids[name]).summary
-    for device in summary["devices"]:
+    report = report_dict(reader.load_analysis(ids[name]))
+    for device in report["devices"]:
         d, n = device["device"], device["trace_events"]
         checks = [(n, "kinds"), (device["peak_requested_state"], "kinds_at_peak")]
         for state, key in checks[1:] if name in INCONSISTENT else checks:

@@ -11,6 +11,7 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from fragviz.allocator.config import parse_alloc_conf
 from fragviz.errors import FragvizError
+from fragviz.store.records import Summary
 from fragviz.simulate.whatif import UNKNOWN, refusal_for, simulate_device
 from fragviz.ui import figures, ids
 from fragviz.ui.jobs import Job
@@ -35,11 +36,11 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
     return html.Div([header(), html.Main(className="fv-main", children=[title, *body])])
 
 
-def _refusal(summary: dict[str, Any], device: int) -> str | None:
-    found = next((d for d in summary.get("devices", []) if d["device"] == device), None)
+def _refusal(summary: Summary, device: int) -> str | None:
+    found = summary.device(device)
     if found is None:
         return f"the snapshot holds no device {device}, so there is nothing to simulate"
-    return refusal_for(device, found["trace_events"], found["trace_actions"].get("alloc", 0))
+    return refusal_for(device, found.trace_events, found.allocs)
 
 
 def _cannot(reason: str) -> html.Section:

@@ -1,0 +1,102 @@
+"""What the store keeps about a snapshot besides its data: a versioned summary, and jobs of ranks.
+
+The summary is the store's own record (not a report): the figures the library, the job page and the what-if
+page list without opening a trace. `SUMMARY_VERSION` counts its shapes; a stored summary of an older shape is
+read with its missing figures as None, so that a page can say they were not recorded.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+SUMMARY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DeviceSummary:
+    """One device of an ingested snapshot: its final state, its peaks over the trace, and its OOMs.
+
+    `peak_state` is the state (events applied) of the first peak of reserved bytes in the trace window and
+    `fragmentation_at_peak` the fragmentation there (None where the trace has no states to look at, or the
+    summary was stored before they were kept). `verdicts` are the doctor's, one per recorded OOM, in order.
+    """
+    device: int
+    trace_events: int
+    trace_actions: dict[str, int]
+    reserved_bytes: int
+    allocated_bytes: int
+    requested_bytes: int
+    free_bytes: int
+    largest_free_block: int
+    fragmentation: float
+    segments: int
+    blocks: int
+    peak_reserved_bytes: int
+    peak_requested_bytes: int
+    peak_state: int | None = None
+    fragmentation_at_peak: float | None = None
+    verdicts: tuple[str, ...] | None = None
+
+    @property
+    def ooms(self) -> int:
+        return int(self.trace_actions.get("oom", 0))
+
+    @property
+    def allocs(self) -> int:
+        return int(self.trace_actions.get("alloc", 0))
+
+
+@dataclass(frozen=True)
+class Summary:
+    devices: tuple[DeviceSummary, ...] = ()
+    version: int = SUMMARY_VERSION
+
+    def device(self, device: int) -> DeviceSummary | None:
+        return next((d for d in self.devices if d.device == device), None)
+
+    @property
+    def ooms(self) -> int:
+        return sum(d.ooms for d in self.devices)
+
+    def to_json(self) -> str:
+        return json.dumps({"version": self.version, "devices": [asdict(d) for d in self.devices]})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Summary":
+        data = json.loads(text)
+        if "version" not in data:  # stored before version 4 of the schema: a report object
+            return cls.from_report(data)
+        return cls(tuple(_device(d) for d in data["devices"]), int(data["version"]))
+
+    @classmethod
+    def from_report(cls, report: dict[str, Any]) -> "Summary":
+        """The figures a report object (`fragviz report --json`, what older stores kept) gives; no peak state,
+        fragmentation at the peak or verdicts."""
+        return cls(tuple(_device(d) for d in report.get("devices", [])), 0)
+
+
+_DEVICE_FIELDS = {f.name for f in fields(DeviceSummary)}
+
+
+def _device(d: dict[str, Any]) -> DeviceSummary:
+    values = {k: v for k, v in d.items() if k in _DEVICE_FIELDS}
+    if values.get("verdicts") is not None:
+        values["verdicts"] = tuple(values["verdicts"])
+    values["trace_actions"] = dict(values.get("trace_actions") or {})
+    return DeviceSummary(**values)
+
+
+@dataclass(frozen=True)
+class JobRank:
+    rank: int
+    snapshot_id: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    name: str
+    created_at: str
+    ranks: tuple[JobRank, ...] = field(default=())
