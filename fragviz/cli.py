@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("--name", help="store the file under this name (one file only; default: its path)")
     ing.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="draw a progress bar (default: when stderr is a terminal)")
+    ing.add_argument("--job", metavar="NAME", help="ingest the ranks of one training job: FILE is a directory, a "
+                     "quoted glob or files; each file's rank from its name (rank3, rank_3, _3.pickle), else from the "
+                     "snapshot (user metadata, its single device); added to the job NAME (a rank given again is "
+                     "replaced)")
+    ing.add_argument("--workers", type=int, metavar="N", help="with --job: worker processes (default: one per file, "
+                     "at most one per CPU)")
+    ing.add_argument("--rank", type=int, metavar="N", help="with --job and a single file: its rank")
     ing.set_defaults(run=_cmd_ingest)
 
     rep = sub.add_parser("report", help="summarise a snapshot file or a stored snapshot")
@@ -161,13 +168,17 @@ def _workload_arguments(p: argparse.ArgumentParser) -> None:
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from fragviz.ingest import ingest_file
     from fragviz.progress import ProgressBar
-    from fragviz.store.schema import connect, new_store_guard
+    from fragviz.store.engine import open_store, new_store_guard
 
+    if args.job is not None:
+        return _cmd_ingest_job(args)
+    if args.workers is not None or args.rank is not None:
+        raise UsageError("--workers and --rank go with --job")
     if args.name and len(args.files) > 1:
         raise UsageError("--name goes with one file")
     path = db_path(args.db)
     with new_store_guard(path) as guard:
-        conn = connect(path)
+        conn = open_store(path)
         results = []
         for file in args.files:
             bar = ProgressBar(os.path.basename(file)[:28], enabled=args.progress)
@@ -180,6 +191,38 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         guard.keep = any(r.status == "ingested" for r in results)
     if args.json:
         print(json.dumps([r.as_dict() for r in results]))
+    return _worst_status(r.status for r in results)
+
+
+def _cmd_ingest_job(args: argparse.Namespace) -> int:
+    """`fragviz ingest --job NAME DIR_OR_GLOB`: every rank in parallel processes (fragviz.jobs.run)."""
+    from fragviz.ingest import clean_name
+    from fragviz.jobs.run import ingest_job, record_job
+    from fragviz.progress import ProgressBar
+    from fragviz.store.engine import open_store, new_store_guard
+
+    if args.name:
+        raise UsageError("--name does not go with --job: each rank is stored under its file's path")
+    name = clean_name(args.job) if args.job.strip() else None
+    if not name:
+        raise UsageError("--job needs a name")
+    path = db_path(args.db)
+    with new_store_guard(path) as guard:
+        open_store(path).close()  # the store and its schema, before the workers open it
+        bar = ProgressBar(f"job {name}"[:28], enabled=args.progress)
+        results = ingest_job(path, args.files, args.rank, args.workers, bar)
+        job_id = record_job(path, name, results)
+        guard.keep = job_id is not None
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results]))
+    else:
+        for r in results:
+            if r.id is None and args.debug_errors and r.detail:
+                print(r.detail, file=sys.stderr, end="")
+            print(r.line() if r.id is not None else f"fragviz: {r.line()}", file=sys.stdout if r.id is not None
+                  else sys.stderr)
+        if job_id is not None:
+            print(f"job {name} (id {job_id}): {sum(r.id is not None for r in results)} of {len(results)} ranks stored")
     return _worst_status(r.status for r in results)
 
 
@@ -394,9 +437,9 @@ def _analysis_for(target: str, db: str | None):
     if os.path.exists(target):
         return analyze(load_snapshot(target))
     if target.isdigit():
-        from fragviz.store.reader import StoreReader
+        from fragviz.library import Library
 
-        return StoreReader(db_path(db)).load_analysis(int(target))
+        return Library.open(db_path(db)).load_analysis(int(target))
     raise UsageError(f"{target}: no such file, and not a snapshot id")
 
 
