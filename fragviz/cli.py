@@ -75,6 +75,21 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--json", action="store_true", help="print one JSON object")
     rep.set_defaults(run=_cmd_report)
 
+    exp = sub.add_parser("export", help="write a stored snapshot's series, allocations or segments as Parquet or CSV")
+    exp.add_argument("id", type=int, metavar="ID")
+    exp.add_argument("--db", help=db_help)
+    # the choices are fragviz.export's WHATS and FORMATS (not imported here: pandas is slow to load)
+    exp.add_argument("--format", required=True, choices=("parquet", "csv"))
+    exp.add_argument("--what", default="series", choices=("series", "allocations", "segments"),
+                     help="figures after every event (default), every allocation of the trace, or the blocks "
+                     "of one state")
+    exp.add_argument("--device", type=int, metavar="D", help="only this device (default: every one)")
+    exp.add_argument("--at", type=int, metavar="EVENT", help="segments: the state after EVENT events (default: the "
+                     "final recorded state)")
+    exp.add_argument("-o", "--out", metavar="PATH", help="file to write (default: <snapshot>-<id>-<what>.<format> "
+                     "here); - writes CSV to standard output")
+    exp.set_defaults(run=_cmd_export)
+
     sim = sub.add_parser("simulate", help="replay a snapshot's trace through the allocator model")
     sim.add_argument("target", metavar="FILE_OR_ID")
     sim.add_argument("--db", help=db_help)
@@ -258,6 +273,21 @@ def _cmd_limits(args: argparse.Namespace) -> int:
     width = max(len(n) for n, *_ in rows)
     for name, value, origin, help_text in rows:
         print(f"{name:<{width}}  {value:<14} {origin:<22} {help_text}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from fragviz.export import ExportRequest, check_destination, save, snapshot_file_name, snapshot_frame
+    from fragviz.library import Library
+
+    check_destination(args.out, args.format)
+    reader = Library.open(db_path(args.db))
+    request = ExportRequest(args.what, args.device, args.at)
+    frame = snapshot_frame(reader, args.id, request)
+    where = save(frame, args.format, args.out or snapshot_file_name(reader, args.id, args.what, args.format),
+                 sys.stdout)
+    print(f"wrote {len(frame):,} rows ({args.what} of snapshot {args.id}, {args.format}) to {where}",
+          file=sys.stderr if args.out == "-" else sys.stdout)
     return 0
 
 

@@ -7,50 +7,20 @@ from functools import lru_cache
 
 import numpy as np
 
-from fragviz.report import site_label
-from fragviz.snapshot.frames import is_user_frame
-from fragviz.store.reader import StoreReader
+from fragviz.library import Library
 from fragviz.units import format_bytes
 from fragviz.usage.bands import Bands, Grid, bands_of, by_group, columns_of, grid_of
-from fragviz.usage.kinds import KINDS, current_rules
+from fragviz.usage.kinds import KINDS
 from fragviz.usage.lifetimes import Lifetimes
+from fragviz.usage.stacks import StackFacts
+from fragviz.usage.stacks import stack_facts as core_stack_facts
 
 TOP_SITES = 9  # sites drawn in colours of their own; the rest share one
-NO_STACK_SITE = "(no stack recorded)"
 OTHER_SITES = "other sites"
 
 
-@dataclass(frozen=True)
-class StackFacts:
-    """Per stack of a snapshot (its local numbering): the allocation site, its kind, and the first user frame."""
-
-    site: np.ndarray  # index into sites; allocations without a stack get the last one, NO_STACK_SITE
-    kind: np.ndarray  # index into KINDS
-    sites: list[str]
-    first_user: list[str]
-
-    def of(self, stacks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Site and kind indices of allocations with these stacks."""
-        known = (stacks >= 0) & (stacks < len(self.site))
-        safe = np.where(known, stacks, 0)
-        site = np.where(known, self.site[safe] if len(self.site) else 0, len(self.sites) - 1)
-        kind = np.where(known, self.kind[safe] if len(self.kind) else 0, KINDS.index("other"))
-        return site.astype(np.int64), kind.astype(np.int64)
-
-
-def stack_facts(reader: StoreReader, sid: int) -> StackFacts:
-    frames, stacks = reader.stacks(sid)
-    user = [is_user_frame(f) for f in frames]
-    labels: dict[str, int] = {}
-    site = np.zeros(len(stacks), np.int64)
-    first_user = []
-    for i, stack in enumerate(stacks):
-        fr = [frames[f] for f in stack]
-        site[i] = labels.setdefault(site_label(fr) if fr else NO_STACK_SITE, len(labels))
-        top = next((frames[f] for f in stack if user[f]), None)
-        first_user.append(f"{top.filename}:{top.line} {top.name}" if top else "")
-    labels.setdefault(NO_STACK_SITE, len(labels))
-    return StackFacts(site, current_rules().kind_indices(frames, stacks), list(labels), first_user)
+def stack_facts(reader: Library, sid: int) -> StackFacts:
+    return core_stack_facts(*reader.stacks(sid))
 
 
 @dataclass(frozen=True)
@@ -105,7 +75,7 @@ class GroupView:
 class UsageViews:
     """The views of one store, with caches for what does not change (stored snapshots are immutable)."""
 
-    def __init__(self, reader: StoreReader) -> None:
+    def __init__(self, reader: Library) -> None:
         self.reader = reader
         self.facts = lru_cache(maxsize=8)(lambda sid: stack_facts(reader, sid))
         self.usage = lru_cache(maxsize=4)(self._usage)
