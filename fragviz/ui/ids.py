@@ -44,6 +44,10 @@ COMPARE_EVENT_B = "compare-eb"
 COMPARE_DEVICE_A = "compare-device-a"
 COMPARE_DEVICE_B = "compare-device-b"
 COMPARE_SUMMARY = "compare-summary"
+COMPARE_ALIGN = "compare-align"  # the shared axis of the aligned timelines: event, time or step (align= in the URL)
+COMPARE_ALIGNED = "compare-aligned"  # both sides' memory over the shared axis; a click selects both states
+COMPARE_ALIGNED_NOTE = "compare-aligned-note"  # what the step markers are, or why a side cannot be aligned
+COMPARE_PEAKS = "compare-peaks"  # the button that puts each side at its own peak
 LIVE_TARGET = "live-target"
 LIVE_TOKEN = "live-token"
 LIVE_ATTACH = "live-attach"
@@ -72,3 +76,12 @@ USAGE_RANGE = "usage-range"
 STACK_SOURCE = "stack-source"  # what the stack panel shows: a block of the segment map or a band
 BAND_CLICK = "band-click"  # {row, at}: the allocation of a clicked band (set in the browser, assets/usage.js)
 TIMELINE_FOLLOW = "timeline-follow"  # a range dragged on the bands or the kind areas, for the timeline to follow
+# The job page (/jobs/<id>) and the library's jobs card
+LIBRARY_JOBS = "library-jobs"
+JOB_TABLE = "job-ranks-table"  # the per-rank table (an html table; its headers sort it)
+JOB_SORT = "job-sort"  # pattern-matching ({"type": JOB_SORT, "key": column}): a header's sort button
+JOB_SORT_STATE = "job-sort-state"  # {"key": column, "desc": bool}
+JOB_CHART = "job-ranks-chart"  # a bar per rank: a click opens its snapshot
+JOB_IMBALANCE = "job-imbalance"
+JOB_COMPARE = "job-compare-link"  # the largest rank against the median rank, aligned by step
+JOB_DOWNLOADS = "job-downloads"

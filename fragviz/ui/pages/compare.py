@@ -1,11 +1,15 @@
-"""The compare page: two snapshots (or two events or devices of one), side by side and as a difference by
-allocation site. The whole choice is in the URL: /compare?a=ID&da=DEVICE&ea=EVENT&b=ID&db=DEVICE&eb=EVENT."""
+"""The compare page: two snapshots (or two events or devices of one), side by side, on one axis, and as a
+difference by allocation site. The whole choice is in the URL:
+/compare?a=ID&da=DEVICE&ea=EVENT&b=ID&db=DEVICE&eb=EVENT&align=event|time|step; a side without an event is at its
+peak (its state of most allocated bytes), so /compare?a=ID&b=ID compares each at its peak."""
 from __future__ import annotations
 
 from dash import Input, Output, State, dash_table, dcc, html, no_update
 
 from fragviz.errors import FragvizError
 from fragviz.ui import figures, ids
+from fragviz.ui.compare_data import compare_views
+from fragviz.ui.pages import compare_align
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int
 
 SIDES = (("A", "a", ids.COMPARE_A, ids.COMPARE_DEVICE_A, ids.COMPARE_EVENT_A),
@@ -19,7 +23,8 @@ def layout(app_ctx, search: str | None) -> html.Div:
                 for c in _side_controls(app_ctx, search, options, label, key, pick, dev, ev)]
     return html.Div([header(), html.Main(className="fv-main", children=[
         html.H2("Compare"),
-        card("States", html.Div(className="fv-controls", children=controls)),
+        card("States", html.Div(className="fv-controls", children=[*controls, compare_align.peaks_button()])),
+        compare_align.aligned_card(search),
         html.Div(id=ids.COMPARE_SUMMARY, className="fv-row"),
         card("Difference by allocation site (live bytes, B minus A)", dcc.Graph(id=ids.COMPARE_FIGURE),
              dash_table.DataTable(id=ids.COMPARE_TABLE, sort_action="native", page_size=15,
@@ -33,14 +38,15 @@ def layout(app_ctx, search: str | None) -> html.Div:
 def _side_controls(app_ctx, search, options, label, key, pick, dev, ev) -> list:
     sid = query_int(search, key)
     dev_options, device = device_choice(app_ctx, sid, query_int(search, "d" + key))
+    event = compare_align.resolved_event(compare_views(app_ctx.views), sid, device, query_int(search, "e" + key))
     return [
         html.Label([f"{label} ", dcc.Dropdown(id=pick, options=options, value=sid, className="fv-pick")]),
         html.Label(["device ", dcc.Dropdown(id=dev, options=dev_options, value=device, clearable=False,
                                             className="fv-device", placeholder="—")]),
         # A class with a width: unsized, the box shrinks to a sliver inside the flex label (and a click on it
         # lands beside the input). 7-digit events fit.
-        html.Label(["event ", dcc.Input(id=ev, type="number", min=0, value=query_int(search, "e" + key),
-                                        placeholder="last", debounce=True, className="fv-compare-event")]),
+        html.Label(["event ", dcc.Input(id=ev, type="number", min=0, value=event,
+                                        placeholder="peak", debounce=True, className="fv-compare-event")]),
     ]
 
 
@@ -58,6 +64,7 @@ def _state(app_ctx, sid: int, device: int | None, event: int | None):
     row = app_ctx.reader.snapshot_row(sid)
     if device not in row.devices:
         device = row.devices[0] if row.devices else 0
+    event = compare_align.resolved_event(compare_views(app_ctx.views), sid, device, event)
     segments, fig, k = app_ctx.views.state(sid, device, event)
     return row, device, segments, fig, k
 
@@ -84,24 +91,29 @@ def register(app, app_ctx) -> None:
         app.callback(Output(dev, "options"), Output(dev, "value"), Input(pick, "value"), State(dev, "value"),
                      prevent_initial_call=True)(lambda sid, current: device_choice(app_ctx, sid, current))
 
+    compare_align.register(app, app_ctx)
+
+    @app.callback(Output(ids.URL, "search", allow_duplicate=True), *compare_align.SIDE_INPUTS,
+                  Input(ids.COMPARE_ALIGN, "value"), State(ids.URL, "search"), prevent_initial_call="initial_duplicate")
+    def follow_url(a, da, ea, b, db, eb, align, search):
+        new_search = make_search(a=a, da=da, ea=ea, b=b, db=db, eb=eb, align=None if align == "event" else align)
+        return no_update if new_search == search else new_search
+
     @app.callback(Output(ids.COMPARE_SUMMARY, "children"), Output(ids.COMPARE_FIGURE, "figure"),
-                  Output(ids.COMPARE_TABLE, "data"), Output(ids.URL, "search", allow_duplicate=True),
+                  Output(ids.COMPARE_TABLE, "data"),
                   Input(ids.COMPARE_A, "value"), Input(ids.COMPARE_B, "value"), Input(ids.COMPARE_EVENT_A, "value"),
                   Input(ids.COMPARE_EVENT_B, "value"), Input(ids.COMPARE_DEVICE_A, "value"),
-                  Input(ids.COMPARE_DEVICE_B, "value"), State(ids.URL, "search"),
-                  prevent_initial_call="initial_duplicate")
-    def compare(a, b, ea, eb, da, db, search):
+                  Input(ids.COMPARE_DEVICE_B, "value"))
+    def compare(a, b, ea, eb, da, db):
         if a is None or b is None:
-            return html.P("Pick two snapshots (or the same one twice, at two events or devices)."), {}, [], no_update
+            return html.P("Pick two snapshots (or the same one twice, at two events or devices)."), {}, []
         try:
             row_a, da, seg_a, fig_a, ka = _state(app_ctx, a, da, ea)
             row_b, db, seg_b, fig_b, kb = _state(app_ctx, b, db, eb)
         except FragvizError as exc:
-            return error_panel(str(exc)), {}, [], no_update
+            return error_panel(str(exc)), {}, []
         rows = _difference(app_ctx, a, seg_a, b, seg_b)
         table = [{"site": r["site"], "a": fb(r["bytes_a"]), "b": fb(r["bytes_b"]), "delta": fb(r["bytes_b"] - r["bytes_a"]),
                   "delta_bytes": r["bytes_b"] - r["bytes_a"]} for r in rows]
         summary = [_summary("A", row_a, da, fig_a, ka), _summary("B", row_b, db, fig_b, kb)]
-        new_search = make_search(a=a, da=da, ea=ea, b=b, db=db, eb=eb)
-        return (summary, figures.difference_figure(rows, "A", "B"), table,
-                no_update if new_search == search else new_search)
+        return summary, figures.difference_figure(rows, "A", "B"), table

@@ -1,0 +1,61 @@
+"""The compare page's aligned timelines: records in, go.Figure out. Pure, so tested without a server."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from fragviz.align import AXIS_TITLES
+from fragviz.ui.figures import unit_for
+
+SIDE_COLORS = {"A": "#0072B2", "B": "#D55E00"}  # Okabe-Ito blue and vermillion: one colour per side
+FIGURE_DASH = {"allocated": "solid", "reserved": "dash"}  # the figure by line style
+
+
+@dataclass(frozen=True)
+class SideSeries:
+    """One side's timeline points at their shared-axis positions, and its selected state there."""
+
+    label: str  # "A" or "B"
+    x: np.ndarray
+    timeline: dict[str, Any]
+    event: int | None
+    event_x: float | None
+
+
+def aligned_figure(sides: Sequence[SideSeries], axis: str) -> go.Figure:
+    """Allocated (solid) and reserved (dashed) bytes of each side over the shared axis (the max of each bucket
+    where the timeline is summarised), a side per colour; a dotted line at each side's selected state.
+    Every point's customdata is its state, so a click says where it is on its own trace."""
+    top = max([float(np.max(s.timeline[f + "_max"])) for s in sides for f in FIGURE_DASH
+               if len(s.timeline[f + "_max"])] or [0.0])
+    scale, unit = unit_for(top)
+    fig = go.Figure()
+    for side in sides:
+        for figure, dash in FIGURE_DASH.items():
+            fig.add_trace(_line(side, figure, dash, scale, unit, axis))
+    for side in sides:
+        if side.event_x is not None:
+            fig.add_vline(x=side.event_x, name=f"{side.label} selected",
+                          line=dict(color=SIDE_COLORS[side.label], width=1.5, dash="dot"),
+                          annotation=dict(text=f"{side.label}: event {side.event}", xanchor="left",
+                                          yanchor="top", font=dict(color=SIDE_COLORS[side.label])),
+                          annotation_y=1.0 if side.label == "A" else 0.92)
+    fig.update_layout(margin=dict(l=60, r=20, t=30, b=40), height=340, hovermode="x", clickmode="event",
+                      legend=dict(orientation="h", y=1.14, x=0), uirevision=f"aligned-{axis}",
+                      xaxis=dict(title=AXIS_TITLES[axis]), yaxis=dict(title=unit, rangemode="tozero"))
+    return fig
+
+
+def _line(side: SideSeries, figure: str, dash: str, scale: float, unit: str, axis: str) -> go.Scatter:
+    where = {"event": "event %{x}", "time": "t+%{x:.3f} s", "step": "step %{x:.2f}"}[axis]
+    summarised = side.timeline["bucket"] > 1
+    return go.Scatter(
+        x=side.x, y=np.asarray(side.timeline[figure + "_max"]) / scale, mode="lines",
+        name=f"{side.label} {figure}", legendgroup=side.label,
+        line=dict(color=SIDE_COLORS[side.label], dash=dash, width=1.5, shape="hv"),
+        customdata=np.asarray(side.timeline["start"]).tolist(),  # a plain list: clicks lose typed arrays
+        hovertemplate=f"{side.label} {figure}{' max' if summarised else ''} %{{y:.3f}} {unit}"
+                      f"<extra>{side.label}: {where}, state %{{customdata}}</extra>")
