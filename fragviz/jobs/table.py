@@ -2,6 +2,8 @@
 and its CSV show."""
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
@@ -95,3 +97,25 @@ def _marked(rows: list[RankRow]) -> list[RankRow]:
             flags.setdefault(id(r), {})[flag] = out
     return [replace(r, **flags.get(id(r), {})) for r in rows]
 
+
+
+def job_figures_of(reader, job_id: int) -> JobFigures:
+    """A stored job's figures: its ranks and their snapshots' summaries, read through a StoreReader."""
+    job = reader.job(job_id)
+    return job_figures(job, {r.snapshot_id: reader.snapshot_row(r.snapshot_id).summary for r in job.ranks})
+
+
+CSV_COLUMNS = ("rank", "device", "snapshot_id", "name", "peak_reserved_bytes", "peak_requested_bytes",
+               "fragmentation_at_peak", "ooms", "verdicts", "reserved_outlier", "requested_outlier")
+
+
+def ranks_csv(figures: JobFigures) -> str:
+    """The per-rank table as CSV: one line per (rank, device); a figure not recorded is an empty cell."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in figures.rows:
+        cells = {**{c: getattr(r, c) for c in CSV_COLUMNS if c != "verdicts"},
+                 "verdicts": None if r.verdicts is None else " ".join(r.verdicts)}
+        writer.writerow(["" if cells[c] is None else cells[c] for c in CSV_COLUMNS])
+    return out.getvalue()

@@ -21,6 +21,7 @@ from werkzeug.sansio.multipart import Data, Epilogue, Field, File, MultipartDeco
 
 from fragviz.errors import FragvizError, NotFoundError, StoreBusyError, UsageError
 from fragviz.ingest import IngestResult, clean_name, ingest_file
+from fragviz.jobs.table import job_figures_of, ranks_csv
 from fragviz.report import report_dict
 from fragviz.settings import setting
 from fragviz.store.reader import StoreReader
@@ -276,6 +277,12 @@ def api_blueprint(reader: StoreReader, writer: Writer, uploads: Uploads) -> Blue
         event = request.args.get("event", default=None, type=int)
         segments, figures, k = reader.device_state(sid, device, event)
         return jsonify(state_json(segments, figures, k, device))
+
+    @bp.get("/jobs/<int:job_id>/ranks.csv")
+    def job_ranks_csv(job_id: int):
+        figures = job_figures_of(reader, job_id)
+        return ranks_csv(figures), 200, {"Content-Type": "text/csv; charset=utf-8", "Content-Disposition":
+                                         f'attachment; filename="job-{job_id}-ranks.csv"'}
 
     @bp.errorhandler(UploadRefused)
     def upload_refused(exc: UploadRefused):

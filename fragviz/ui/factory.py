@@ -17,7 +17,7 @@ from fragviz.ui.api import Writer, install_api
 from fragviz.ui.data import Views
 from fragviz.ui.guard import Door, install_guard
 from fragviz.ui.jobs import JobRunner
-from fragviz.ui.pages import compare, doctor, library, live, snapshot, usage_callbacks, whatif
+from fragviz.ui.pages import compare, doctor, job, library, live, snapshot, usage_callbacks, whatif
 from fragviz.ui.pages.common import error_panel, header
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets")
@@ -66,6 +66,8 @@ def _register(app: dash.Dash, app_ctx: AppContext) -> None:
             return snapshot.layout(app_ctx, path, search)
         if path.startswith("/whatif/"):
             return whatif.layout(app_ctx, path, search)
+        if path.startswith("/jobs/"):
+            return job.layout(app_ctx, path)
         if path.startswith("/compare"):
             return compare.layout(app_ctx, search)
         if path == "/live":
@@ -74,6 +76,6 @@ def _register(app: dash.Dash, app_ctx: AppContext) -> None:
             return doctor.layout(app_ctx, search)
         return html.Div([header(), html.Main(className="fv-main", children=[error_panel(f"no page at {path}")])])
 
-    for page in (library, snapshot, usage_callbacks, whatif, compare, live, doctor):
+    for page in (library, snapshot, usage_callbacks, whatif, compare, live, doctor, job):
         page.register(app, app_ctx)
 

@@ -6,6 +6,7 @@ from dash import Input, Output, dcc, html
 from fragviz.ui import ids
 from fragviz.ui.api import snapshot_entry
 from fragviz.ui.pages.common import card, fb, header
+from fragviz.ui.pages.job import jobs_table
 
 
 def layout(ctx) -> html.Div:
@@ -25,6 +26,7 @@ def layout(ctx) -> html.Div:
                  ]),
                  html.Div(id=ids.UPLOAD_RESULTS, className="fv-upload-results", **{"aria-live": "polite"}),
                  html.Button("refresh", id=ids.UPLOAD_DONE, className="fv-hidden", n_clicks=0)),
+            card("Jobs", html.Div(id=ids.LIBRARY_JOBS, children=jobs_table(ctx.reader))),
             card("Snapshots", html.Div(id=ids.LIBRARY, children=table(ctx))),
         ]),
     ])
