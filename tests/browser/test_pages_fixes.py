@@ -15,6 +15,8 @@ import pytest
 from conftest import ROOT, Server
 from helpers import REAL
 
+from fragviz.analysis import analyze
+from fragviz.snapshot import load_snapshot
 from fragviz.units import format_bytes
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
@@ -37,6 +39,11 @@ def report(path: str, device: int, at: int | None = None) -> dict:
     args = [FRAGVIZ, "report", path, "--json", "--device", str(device)] + (["--at", str(at)] if at is not None else [])
     out = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
     return next(d for d in out["devices"] if d["device"] == device)
+
+
+def peak(path: str, device: int) -> int:
+    """The state of most allocated bytes of a device, from the file's replay (the compare page's default event)."""
+    return int(analyze(load_snapshot(path)).replays[device].series["allocated"].argmax())
 
 
 def summary_lines(d: dict) -> list[str]:
@@ -73,6 +80,7 @@ def test_compare_event_box_takes_a_click_and_seven_digits(page, logged):
     box = page.locator("#compare-eb").bounding_box()
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # a person's click, no focus()
     assert page.evaluate("document.activeElement.id") == "compare-eb"
+    page.keyboard.press("Control+A")  # the box holds B's peak
     page.keyboard.type("40")
     page.keyboard.press("Enter")
     page.wait_for_function("location.search.includes('eb=40')")
@@ -81,7 +89,7 @@ def test_compare_event_box_takes_a_click_and_seven_digits(page, logged):
     assert b.startswith("B: gpt_train.pickle.gz, cuda:0, after 40 events")
     assert all(line in b for line in summary_lines(report(TRAIN, 0, at=40)))
     n = len(raw(TRAIN)["device_traces"][0])
-    assert f"after {n} events" in side(page, "A")  # A left at its last event
+    assert f"after {peak(TRAIN, 0)} events" in side(page, "A")  # A left at its peak
 
     # a 7-digit event fits in the box, and is answered (here: past the trace's end)
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
@@ -107,9 +115,10 @@ def test_compare_the_chosen_devices(page, logged):
     page.wait_for_function("location.search.includes('da=1')")
     wait_summary(page, 'cuda:1')
     a, b = side(page, "A"), side(page, "B")
-    one, zero = report(TWO_DEVICES, 1), report(TWO_DEVICES, 0)
-    assert one["segments"] == 673 and zero["segments"] == 0  # the file's own counts (SOURCES.md)
-    assert a.startswith(f"A: layoutedit_dump_2dev.pickle, cuda:1, after {one['trace_events']} events")
+    assert report(TWO_DEVICES, 1)["segments"] == 673 and report(TWO_DEVICES, 0)["segments"] == 0  # SOURCES.md
+    # each side at its own peak: a new device puts its side at that device's peak
+    one, zero = report(TWO_DEVICES, 1, at=peak(TWO_DEVICES, 1)), report(TWO_DEVICES, 0, at=peak(TWO_DEVICES, 0))
+    assert a.startswith(f"A: layoutedit_dump_2dev.pickle, cuda:1, after {peak(TWO_DEVICES, 1)} events")
     assert all(line in a for line in summary_lines(one)), a
     assert b.startswith("B: layoutedit_dump_2dev.pickle, cuda:0, ")
     assert all(line in b for line in summary_lines(zero)), b
