@@ -3,6 +3,8 @@ reserved and requested, fragmentation at the peak, OOMs and their verdicts, the 
 the ranks that stand out. A rank's link (or its bar) opens its snapshot."""
 from __future__ import annotations
 
+from statistics import median
+
 from dash import ALL, Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
@@ -67,8 +69,8 @@ def layout(app_ctx, pathname: str) -> html.Div:
 def _imbalance(figures: JobFigures) -> list:
     outliers = [r for r in figures.rows if r.outlier]
     return [
-        html.Dl([c for name, v in (("peak reserved, max / median", _ratio(figures.reserved_imbalance)),
-                                   ("peak requested, max / median", _ratio(figures.requested_imbalance)),
+        html.Dl([c for name, v in (("peak reserved, max / median", _ratio(figures, "peak_reserved_bytes")),
+                                   ("peak requested, max / median", _ratio(figures, "peak_requested_bytes")),
                                    ("outliers", ", ".join(_outlier_text(figures, r) for r in outliers) or "none"))
                  for c in (html.Dt(name), html.Dd(v, className="fv-outlier" if name == "outliers" and outliers
                                                  else ""))]),
@@ -76,8 +78,13 @@ def _imbalance(figures: JobFigures) -> list:
     ]
 
 
-def _ratio(value: float | None) -> str:
-    return NOT_RECORDED if value is None else f"{value:.2f}×"
+def _ratio(figures: JobFigures, figure: str) -> str:
+    """`1.23× (9.8 GiB / 8 GiB)`: the imbalance of one figure across the rows, with its max and median."""
+    known = [getattr(r, figure) for r in figures.rows if getattr(r, figure) is not None]
+    value = figures.reserved_imbalance if figure == "peak_reserved_bytes" else figures.requested_imbalance
+    if value is None:
+        return NOT_RECORDED
+    return f"{value:.2f}× ({fb(max(known))} / {fb(int(median(known)))})"
 
 
 def _outlier_text(figures: JobFigures, r: RankRow) -> str:
