@@ -79,13 +79,14 @@ def by_time(states: Sequence[int] | np.ndarray, time_us: Sequence[int] | np.ndar
     return Alignment(np.asarray(states, np.int64), seconds, last)
 
 
-def by_markers(markers: Sequence[int], last: int) -> Alignment:
-    """Position k at the k-th marker (states, 1-based k); repeated states keep their first marker."""
+def by_markers(markers: Sequence[int], last: int, what: str = "step markers") -> Alignment:
+    """Position k at the k-th marker (states, 1-based k); repeated states keep their first marker. `what` names
+    the markers in a refusal."""
     ordered = sorted(int(m) for m in markers)
     states = np.unique(np.asarray(ordered, np.int64))
     if len(states) < 2:
-        raise AlignmentRefused(f"it has {len(states)} step marker{'' if len(states) == 1 else 's'} "
-                               "(2 are needed): align by event or by time")
+        raise AlignmentRefused(f"it has {len(states)} step marker{'' if len(states) == 1 else 's'} ({what}); "
+                               "2 are needed: align by event or by time")
     first = [ordered.index(s) for s in states.tolist()]
     return Alignment(states, np.asarray(first, np.float64) + 1.0, last, extrapolate=True)
 
@@ -100,6 +101,6 @@ def step_markers(snapshot_actions: Sequence[int], annotation_starts: Sequence[tu
     counts = Counter(name for name, _ in annotation_starts)
     repeated = [name for name, n in counts.items() if n >= 2]
     if not repeated:
-        return sorted(snapshot_actions), "`snapshot` actions (no annotation repeats)"
+        return sorted(snapshot_actions), "`snapshot` actions, and no record_function name used twice"
     best = max(repeated, key=counts.__getitem__)  # Counter keeps first-seen order, max keeps the first of ties
     return sorted(start for name, start in annotation_starts if name == best), f"starts of '{best}'"

@@ -62,7 +62,7 @@ class CompareViews:
             spans = self.views.annotation_spans(sid, device)
             markers, what = step_markers(self.views.markers(sid, device, MARKER_LIMIT)["snapshot"],
                                          [(s.name, s.start_event) for s in spans])
-            return AlignedSide(label, sid, device, axis, tl, by_markers(markers, last), what)
+            return AlignedSide(label, sid, device, axis, tl, by_markers(markers, last, what), what)
         return AlignedSide(label, sid, device, axis, tl, by_event(last), "")
 
     def state_at(self, side: AlignedSide, x: float) -> int:

@@ -91,3 +91,9 @@ def test_each_side_defaults_to_its_peak_of_allocated_bytes(built):
     _, figures, _ = built["cv"].views.state(built["a"], 0, peak)
     assert figures.allocated_bytes == int(allocated.max())
     assert built["cv"].peak_or_none(built["a"], 7) is None  # no such device
+
+
+def test_step_alignment_is_refused_where_a_trace_marks_no_steps(built):
+    # the real file as recorded: two annotations used once each, no `snapshot` action
+    with pytest.raises(AlignmentRefused, match=r"^it has 0 step markers \(`snapshot` actions, and no record_function"):
+        built["cv"].side("B", built["c"], 0, "step")

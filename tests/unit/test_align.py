@@ -88,4 +88,6 @@ def test_step_markers_else_the_most_frequent_repeated_annotation():
 
 def test_step_markers_without_repeats_are_the_few_snapshot_actions():
     markers, what = step_markers([8], [("x", 1), ("y", 2)])
-    assert markers == [8] and "no annotation repeats" in what
+    assert markers == [8] and what == "`snapshot` actions, and no record_function name used twice"
+    with pytest.raises(AlignmentRefused, match=r"^it has 1 step marker \(`snapshot` actions, and no record_func"):
+        by_markers(markers, last=10, what=what)

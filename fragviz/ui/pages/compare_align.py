@@ -27,7 +27,7 @@ def aligned_card(search: str | None) -> html.Section:
     return card("Aligned timelines", html.Div(className="fv-controls", children=[
         html.Label(["align by ", dcc.RadioItems(id=ids.COMPARE_ALIGN, value=align_of(search), inline=True,
                                                  options=[{"label": AXIS_LABELS[a], "value": a} for a in AXES])]),
-    ]), html.P(id=ids.COMPARE_ALIGNED_NOTE, className="fv-note"), dcc.Graph(id=ids.COMPARE_ALIGNED))
+    ]), html.Div(id=ids.COMPARE_ALIGNED_NOTE), dcc.Graph(id=ids.COMPARE_ALIGNED))
 
 
 def peaks_button() -> html.Button:
@@ -53,24 +53,31 @@ def _sides(cv: CompareViews, a, da, b, db, axis: str) -> tuple[list[AlignedSide]
     return sides, refusals
 
 
-def _note(sides: list[AlignedSide]) -> str:
+def _note(text: str) -> html.P | None:
+    return html.P(text, className="fv-note") if text else None
+
+
+def _markers_note(sides: list[AlignedSide]) -> html.P | None:
     if not sides or sides[0].axis != "step":
-        return ""
-    return "Step k of A is aligned with step k of B; between markers the axis is linear. " + "; ".join(
-        f"{s.label}: {len(s.alignment.states)} markers, {s.markers}" for s in sides) + "."
+        return None
+    return _note("Step k of A is aligned with step k of B; between markers the axis is linear. " + "; ".join(
+        f"{s.label}: {len(s.alignment.states)} markers, {s.markers}" for s in sides) + ".")
+
+
+HIDDEN = {"display": "none"}
 
 
 def _aligned(cv: CompareViews, a, da, ea, b, db, eb, axis: str):
     if a is None or b is None or da is None or db is None:
-        return {}, "Pick two snapshots to draw them on one axis."
+        return {}, HIDDEN, _note("Pick two snapshots to draw them on one axis.")
     sides, refusals = _sides(cv, a, da, b, db, axis)
     if refusals:
-        return {}, " ".join(refusals)
+        return {}, HIDDEN, _note(" ".join(refusals))
     series = []
     for side, event in zip(sides, (resolved_event(cv, a, da, ea), resolved_event(cv, b, db, eb))):
         at = None if event is None else float(side.alignment.position([event])[0])
         series.append(SideSeries(side.label, side.x, side.timeline, event, at))
-    return aligned_figure(series, axis), _note(sides)
+    return aligned_figure(series, axis), {}, _markers_note(sides)
 
 
 def _clicked(cv: CompareViews, click: dict | None, a, da, b, db, axis: str) -> tuple:
@@ -88,7 +95,8 @@ def _clicked(cv: CompareViews, click: dict | None, a, da, b, db, axis: str) -> t
 def register(app, app_ctx) -> None:
     cv = compare_views(app_ctx.views)
 
-    @app.callback(Output(ids.COMPARE_ALIGNED, "figure"), Output(ids.COMPARE_ALIGNED_NOTE, "children"),
+    @app.callback(Output(ids.COMPARE_ALIGNED, "figure"), Output(ids.COMPARE_ALIGNED, "style"),
+                  Output(ids.COMPARE_ALIGNED_NOTE, "children"),
                   *SIDE_INPUTS, Input(ids.COMPARE_ALIGN, "value"))
     def aligned(a, da, ea, b, db, eb, axis):
         return _aligned(cv, a, da, ea, b, db, eb, axis if axis in AXES else "event")
