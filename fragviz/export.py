@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import IO, Sequence
+from typing import IO, TYPE_CHECKING, Sequence
 
 import numpy as np
 import pandas as pd
@@ -22,9 +22,11 @@ import pyarrow as pa
 from fragviz.errors import UsageError
 from fragviz.lod import per_event
 from fragviz.model import NO_TIME, Segment
-from fragviz.library import Library
 from fragviz.usage.kinds import KINDS
 from fragviz.usage.stacks import StackFacts, stack_facts, stack_text
+
+if TYPE_CHECKING:  # the reader is passed in: this module reads through its public methods only
+    from fragviz.library import Library
 
 WHATS = ("series", "allocations", "segments")
 FORMATS = ("parquet", "csv")

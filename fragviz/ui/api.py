@@ -26,6 +26,7 @@ from fragviz.report import report_dict
 from fragviz.settings import setting
 from fragviz.store.reader import StoreReader
 from fragviz.store.schema import connect
+from fragviz.ui.export_api import add_export_routes
 from fragviz.units import format_bytes
 
 CHUNK = 1024 * 1024
@@ -283,6 +284,8 @@ def api_blueprint(reader: StoreReader, writer: Writer, uploads: Uploads) -> Blue
         figures = job_figures_of(reader, job_id)
         return ranks_csv(figures), 200, {"Content-Type": "text/csv; charset=utf-8", "Content-Disposition":
                                          f'attachment; filename="job-{job_id}-ranks.csv"'}
+
+    add_export_routes(bp, reader)  # GET /api/snapshots/<id>/export and /api/jobs/<id>/export
 
     @bp.errorhandler(UploadRefused)
     def upload_refused(exc: UploadRefused):

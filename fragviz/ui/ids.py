@@ -85,3 +85,9 @@ JOB_CHART = "job-ranks-chart"  # a bar per rank: a click opens its snapshot
 JOB_IMBALANCE = "job-imbalance"
 JOB_COMPARE = "job-compare-link"  # the largest rank against the median rank, aligned by step
 JOB_DOWNLOADS = "job-downloads"
+# The snapshot page's export card: what and format, and the download link to /api/snapshots/<id>/export
+EXPORT = "export-card"
+EXPORT_WHAT = "export-what"  # "series", "allocations" or "segments" (at the selected event)
+EXPORT_FORMAT = "export-format"  # "parquet" or "csv"
+EXPORT_LINK = "export-link"  # <a download href=...>: the file comes straight from the API route
+EXPORT_NOTE = "export-note"

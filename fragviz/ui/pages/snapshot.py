@@ -10,7 +10,7 @@ from fragviz.metrics import PoolFigures, pending_frees, pool_figures, pool_of
 from fragviz.model import Segment
 from fragviz.snapshot.frames import is_user_frame, visible_frames
 from fragviz.ui import figures, ids
-from fragviz.ui.pages import usage
+from fragviz.ui.pages import snapshot_export, usage
 from fragviz.ui.data import gaps_of
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int, verdict_card
 from fragviz.ui.sites import icicle_note, icicle_weights, no_trace_note, peak_info, sites_rows, sites_table
@@ -115,6 +115,7 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
                         "unless its box is ticked; the frames all stacks share folded into the top box.",
                         className="fv-hint"), html.Div(id=ids.ICICLE_NOTE),
                  dcc.Graph(id=ids.ICICLE, config={"displaylogo": False})),
+            snapshot_export.export_card(app_ctx, sid, device, event),
             card("Allocator settings and capture health", health(meta), id=ids.HEALTH),
         ]),
     ])
@@ -211,6 +212,8 @@ def _verdicts(ooms: list[dict]) -> html.Div:
 
 
 def register(app, app_ctx) -> None:
+    snapshot_export.register(app, app_ctx, view_of)
+
     @app.callback(Output(ids.SNAPSHOT_URL, "search"), Output(ids.SEGMENT_MAP, "figure"), Output(ids.GAP_HISTOGRAM, "figure"),
                   Output(ids.EVENT_INFO, "children"), Output(ids.EVENT, "value"), Output(ids.SEGMENT_AXIS, "figure"),
                   Input(ids.TIMELINE, "clickData"), Input(ids.PREV, "n_clicks"), Input(ids.NEXT, "n_clicks"),
