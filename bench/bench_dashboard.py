@@ -105,9 +105,9 @@ BANDS_READY = ("(() => { const p = document.querySelector('#allocation-bands .js
 
 
 def trace_length(db: str) -> int:
-    from fragviz.store.reader import StoreReader
+    from fragviz.library import Library
 
-    reader = StoreReader(db)
+    reader = Library.open(db)
     return reader.trace_length(1, reader.snapshot_row(1).devices[0])
 
 

@@ -63,9 +63,9 @@ def main() -> int:
 
 
 def _state_queries(db: str, events: int, queries: int) -> tuple[float, float, float, float]:
-    from fragviz.store.reader import StoreReader
+    from fragviz.library import Library
 
-    reader = StoreReader(db)
+    reader = Library.open(db)
     sid = reader.list_snapshots()[0].id
     rng = random.Random(1)
     times = []

@@ -18,9 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.common import OUT, benchmark_snapshot, mib, run_measured  # noqa: E402
 
 FOLLOW = ("import json, sys, time\n"
-          "from fragviz.store.reader import StoreReader\n"
+          "from fragviz.library import Library\n"
           "from fragviz.simulate import follow\n"
-          "reader = StoreReader(sys.argv[1])\n"
+          "reader = Library.open(sys.argv[1])\n"
           "analysis = reader.load_analysis(reader.list_snapshots()[0].id)\n"
           "analysis.replays[0].series['reserved']\n"
           "t = time.perf_counter()\n"
@@ -28,9 +28,9 @@ FOLLOW = ("import json, sys, time\n"
           "print(json.dumps({'seconds': time.perf_counter() - t, 'result': result['devices'][0]}))\n")
 FREE_RUN = ("import json, sys, time\n"
             "from fragviz.allocator.config import parse_alloc_conf\n"
-            "from fragviz.store.reader import StoreReader\n"
+            "from fragviz.library import Library\n"
             "from fragviz.simulate import run_free\n"
-            "reader = StoreReader(sys.argv[1])\n"
+            "reader = Library.open(sys.argv[1])\n"
             "analysis = reader.load_analysis(reader.list_snapshots()[0].id)\n"
             "analysis.replays[0].series['reserved']\n"
             "out = {}\n"

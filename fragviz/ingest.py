@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gc
 import re
-import sqlite3
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,9 +14,10 @@ from fragviz.limits import Limits
 from fragviz.snapshot.loader import content_hash, decode_bytes, read_file
 from fragviz.units import cut
 from fragviz.snapshot.parse import parse_snapshot
-from fragviz.store.schema import database_path, disk_is_full, is_busy
+from fragviz.replay.stored import record_of
+from fragviz.store.engine import Store
+from fragviz.store.writer import find_by_hash, write_snapshot
 from fragviz.summaries import summary_of
-from fragviz.store.writer import find_by_hash, write_analysis
 
 PhaseFn = Callable[[str], None]
 MAX_NAME = 255
@@ -52,7 +52,7 @@ class IngestResult:
         return {"file": self.file, "id": self.id, "status": self.status, "error": self.error}
 
 
-def ingest_file(conn: sqlite3.Connection, path: str, name: str | None = None, phase: PhaseFn | None = None,
+def ingest_file(store: Store, path: str, name: str | None = None, phase: PhaseFn | None = None,
                 progress: ProgressFn | None = None, limits: Limits | None = None) -> IngestResult:
     """Ingest the file at `path`; errors come back as a result, and leave the store as it was."""
     source = clean_name(name or path)
@@ -60,10 +60,10 @@ def ingest_file(conn: sqlite3.Connection, path: str, name: str | None = None, ph
         limits = limits or Limits.current()
     except FragvizError as exc:
         return IngestResult(source, None, "error", str(exc))
-    return _guarded(conn, lambda: read_file(path, source, limits), source, phase, progress, limits)
+    return _guarded(store, lambda: read_file(path, source, limits), source, phase, progress, limits)
 
 
-def ingest_bytes(conn: sqlite3.Connection, data: bytes, source: str, phase: PhaseFn | None = None,
+def ingest_bytes(store: Store, data: bytes, source: str, phase: PhaseFn | None = None,
                  progress: ProgressFn | None = None, limits: Limits | None = None) -> IngestResult:
     """Ingest a snapshot held in memory under the name `source`."""
     source = clean_name(source)
@@ -71,30 +71,22 @@ def ingest_bytes(conn: sqlite3.Connection, data: bytes, source: str, phase: Phas
         limits = limits or Limits.current()
     except FragvizError as exc:
         return IngestResult(source, None, "error", str(exc))
-    return _guarded(conn, lambda: data, source, phase, progress, limits)
+    return _guarded(store, lambda: data, source, phase, progress, limits)
 
 
-def _guarded(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, phase: PhaseFn | None,
+def _guarded(store: Store, read: Callable[[], bytes], source: str, phase: PhaseFn | None,
              progress: ProgressFn | None, limits: Limits) -> IngestResult:
     try:
         with gc_paused():
-            return _ingest(conn, read, source, phase or (lambda _: None), progress, limits)
-    except StoreBusyError as exc:
-        return IngestResult(source, None, "busy", str(exc))
-    except StoreError as exc:
-        return IngestResult(source, None, "store_error", str(exc))
+            return _ingest(store, read, source, phase or (lambda _: None), progress, limits)
+    except StoreBusyError:
+        return IngestResult(source, None, "busy", f"{source}: the store is busy with another writer; try again")
+    except StoreError as exc:  # the store's words name the store; these name the file too
+        return IngestResult(source, None, "store_error", f"{source}: {exc}")
     except FragvizError as exc:
         return IngestResult(source, None, "error", str(exc))
     except MemoryError:
         return IngestResult(source, None, "error", f"{source}: too large to ingest in the memory available")
-    except sqlite3.Error as exc:
-        if is_busy(exc):
-            return IngestResult(source, None, "busy", f"{source}: the store is busy with another writer; try again")
-        if disk_is_full(database_path(conn), exc):
-            return IngestResult(source, None, "store_error", f"{source}: the store cannot grow: the disk is full "
-                                                             f"({cut(str(exc))}); it is unchanged")
-        return IngestResult(source, None, "store_error", f"{source}: the store could not be written "
-                                                         f"({cut(str(exc))}); it is unchanged")
     except Exception as exc:  # a bug must not take the other files of a batch down, nor leave a partial write
         return IngestResult(source, None, "internal_error",
                             f"{source}: could not be ingested: internal error ({type(exc).__name__}: "
@@ -102,12 +94,12 @@ def _guarded(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, p
                             traceback.format_exc())
 
 
-def _ingest(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, phase: PhaseFn,
+def _ingest(store: Store, read: Callable[[], bytes], source: str, phase: PhaseFn,
             progress: ProgressFn | None, limits: Limits) -> IngestResult:
     phase("read")
     data = read()
     digest = content_hash(data)
-    existing = find_by_hash(conn, digest)
+    existing = find_by_hash(store, digest)
     if existing is not None:
         return IngestResult(source, existing, "unchanged")
     phase("decode")
@@ -120,7 +112,7 @@ def _ingest(conn: sqlite3.Connection, read: Callable[[], bytes], source: str, ph
     phase("replay")
     analysis = analyze(snapshot, progress)
     phase("store")
-    sid, new = write_analysis(conn, analysis, summary_of(analysis), digest, size)
+    sid, new = write_snapshot(store, record_of(analysis, summary_of(analysis), digest, size))
     return IngestResult(source, sid, "ingested" if new else "unchanged")
 
 

@@ -157,8 +157,12 @@ def describe() -> list[tuple[str, str, str, str]]:
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
+SERVER_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+
+
 def db_path(override: str | None = None) -> str:
-    """The store's SQLite file. `sqlite:///path` names one too; any other URL is refused, never made a file."""
+    """The store: a SQLite file (a path, or `sqlite:///path`) or a PostgreSQL URL (`postgresql://…`). Any
+    other URL is refused, never made a file."""
     value, origin = SETTINGS["db"].raw(override)
     url = _URL.match(value)
     if url is None:
@@ -166,8 +170,10 @@ def db_path(override: str | None = None) -> str:
     scheme = url.group(1).lower()
     if scheme == "sqlite" and value[url.end():].startswith("/"):
         return value[url.end():]  # sqlite:///abs/path -> /abs/path
-    raise UsageError(f"--db {redact_url(value)!r} (from {origin}) is a {scheme} URL: this fragviz keeps its store in "
-                     "a SQLite file (give a path, or sqlite:///path)")
+    if scheme in SERVER_SCHEMES:
+        return value
+    raise UsageError(f"--db {redact_url(value)!r} (from {origin}): unknown store URL scheme '{scheme}' (give a "
+                     "SQLite path or sqlite:///path, or postgresql://user:password@host/db)")
 
 
 def redact_url(url: str) -> str:

@@ -196,12 +196,12 @@ def atheris_child(args: argparse.Namespace) -> int:
     from fuzz.hostile import register_extensions
 
     from fragviz.ingest import ingest_file
-    from fragviz.store.schema import connect
+    from fragviz.store.engine import open_store
 
     register_extensions()
     work = tempfile.mkdtemp(prefix="fragviz-atheris-store-")
     baseline = os.path.join(work, "baseline.sqlite")
-    conn = connect(baseline)
+    conn = open_store(baseline)
     ingest_file(conn, os.path.join(args.real, BASELINE_SNAPSHOT))
     conn.close()
     canary_dir = canary.canary_dir()

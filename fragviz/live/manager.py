@@ -5,7 +5,7 @@ import threading
 
 from fragviz.errors import NotFoundError
 from fragviz.live.poller import AgentClient, TargetPoller
-from fragviz.store.schema import connect
+from fragviz.store.engine import open_store
 
 
 class LiveManager:
@@ -52,11 +52,11 @@ class LiveManager:
             poller = self._pollers.get(aid)
         if poller is None:
             raise NotFoundError(f"attachment {aid} is not recorded by this server: attach to it here first")
-        conn = connect(self.db_path)
+        store = open_store(self.db_path)
         try:
-            return poller.take_snapshot(conn, "saved")
+            return poller.take_snapshot(store, "saved")
         finally:
-            conn.close()
+            store.close()
 
     def close(self) -> None:
         for aid in list(self._pollers):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
-import sqlite3
 import sys
 import threading
 import time
@@ -21,11 +20,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
-from fragviz.errors import AgentError, UsageError
+from fragviz.errors import AgentError, StoreError, UsageError
 from fragviz.ingest import ingest_bytes
 from fragviz.live import protocol
 from fragviz.store.live import LiveRecorder
-from fragviz.store.schema import connect
+from fragviz.store.engine import Store, open_store
 
 BACKOFF_MAX = 5.0
 STATS_TIMEOUT = 5.0
@@ -107,8 +106,8 @@ class TargetPoller:
         self.log = log or (lambda _: None)
         self.stop = threading.Event()
         self.status = PollerStatus()
-        self.conn = connect(db_path)
-        self.recorder = LiveRecorder(self.conn)
+        self.store = open_store(db_path)
+        self.recorder = LiveRecorder(self.store)
         self.attachment_id = self.recorder.open_attachment(client.target, owner)
         self._pid: int | None = None
         self._ooms: dict[int, int] = {}
@@ -151,7 +150,7 @@ class TargetPoller:
             self.log(f"fragviz: {exc}")
         finally:
             self.recorder.end(self.attachment_id)
-            self.conn.close()
+            self.store.close()
         return self.status
 
     def _poll_guarded(self) -> bool:
@@ -159,9 +158,9 @@ class TargetPoller:
         the recording."""
         try:
             return self.poll_once()
-        except sqlite3.OperationalError as exc:
+        except StoreError as exc:
             self.status.dropped += 1
-            self.log(f"fragviz: {self.client.target}: a sample was not recorded: the store is busy ({exc})")
+            self.log(f"fragviz: {self.client.target}: a sample was not recorded ({exc})")
             return True
 
     def poll_once(self) -> bool:
@@ -217,7 +216,7 @@ class TargetPoller:
         now = time.monotonic()
         if self._next_snapshot is not None and now >= self._next_snapshot:
             self._next_snapshot = now + (self.snapshot_every or 0)
-            self.take_snapshot(self.conn, "snapshot")
+            self.take_snapshot(self.store, "snapshot")
         if now >= self._next_state:
             self._next_state = now + self.state_every
             self._record_state()
@@ -242,10 +241,10 @@ class TargetPoller:
             self.recorder.event(self.attachment_id, "oom", detail, sid, t=stats["time"])
             self.log(f"fragviz: {self.client.target}: out of memory; the state at the failure is snapshot {sid}")
 
-    def take_snapshot(self, conn: sqlite3.Connection, kind: str = "snapshot") -> int | None:
+    def take_snapshot(self, store: Store, kind: str = "snapshot") -> int | None:
         """Fetch the current snapshot with its trace into the library: its id (None if it could not be read)."""
         blob = self.client.get(protocol.PATH_SNAPSHOT + "?trace=1", SNAPSHOT_TIMEOUT)
-        recorder = self.recorder if conn is self.conn else LiveRecorder(conn)
+        recorder = self.recorder if store is self.store else LiveRecorder(store)
         sid = self._ingest(recorder, blob, kind, self._pid)
         if sid is not None:
             self.status.snapshots.append(sid)
@@ -256,7 +255,7 @@ class TargetPoller:
     def _ingest(self, recorder: LiveRecorder, blob: bytes, kind: str, pid: int | None) -> int | None:
         when = datetime.now().isoformat(timespec="seconds")
         name = f"live {self.client.target} pid {pid} {kind} {when}"
-        result = ingest_bytes(recorder.conn, blob, name)
+        result = ingest_bytes(recorder.store, blob, name)
         if result.id is None:
             recorder.event(self.attachment_id, "error", result.error or "")
             self.log(f"fragviz: {result.error}")

@@ -1,17 +1,20 @@
 """Live recordings in the store: attachments, their samples, events and latest segments.
 
 Records in, records out: `LiveRecorder` writes (one per poller thread, each write its own short
-transaction), `LiveReader` reads through a connection it is handed (the StoreReader's, per thread).
+transaction), `LiveReader` reads; both through a Store (fragviz.store.engine).
 """
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from sqlalchemy import Connection, text
+
 from fragviz.model import Block, BlockState, Segment
+from fragviz.store import schema as tables
+from fragviz.store.engine import Store
 
 LIVE_WINDOW = 15.0  # seconds without a sample after which an attachment no longer counts as live
 
@@ -23,8 +26,6 @@ SAMPLE_FIELDS = (("allocated_bytes", "allocated"), ("requested_bytes", "requeste
                  ("nvml_used_bytes", "nvml_used"), ("largest_free_block", "largest_free"),
                  ("fragmentation", "fragmentation"))
 SAMPLE_COLUMNS = ("id", "t", "device", "pid", "gap") + tuple(c for _, c in SAMPLE_FIELDS)
-_INSERT_SAMPLE = (f"INSERT INTO live_samples (attachment_id, {', '.join(SAMPLE_COLUMNS[1:])}) "
-                  f"VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})")
 
 
 @dataclass(frozen=True)
@@ -62,56 +63,54 @@ class LiveEvent:
 
 
 class LiveRecorder:
-    """The poller's writes. Each call is one short transaction (the dashboard's writer shares the file)."""
+    """The poller's writes. Each call is one short transaction (the dashboard's writer shares the store)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
+    def __init__(self, store: Store) -> None:
+        self.store = store
 
-    def _write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            out = fn(self.conn)
-            self.conn.execute("COMMIT")
-            return out
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
+    def _write(self, fn: Callable[[Connection], Any]) -> Any:
+        with self.store.writing() as conn:
+            return fn(conn)
 
     def open_attachment(self, target: str, owner: str) -> int:
-        return self._write(lambda c: int(c.execute(
-            "INSERT INTO live_attachments (target, owner, started_at) VALUES (?, ?, ?)",
-            (target, owner, time.time())).lastrowid))
+        return self._write(lambda c: int(c.execute(tables.live_attachments.insert().values(
+            target=target, owner=owner, started_at=time.time()).returning(tables.live_attachments.c.id)).scalar_one()))
 
     def record(self, aid: int, stats: dict[str, Any], gap: bool) -> None:
         """One poll: a row per device, and the attachment's pid, rank and last_seen brought up to date."""
-        rows = [(aid, stats["time"], d["device"], stats["pid"], int(gap), *(_cell(d.get(k)) for k, _ in SAMPLE_FIELDS))
-                for d in stats["devices"]]
+        rows = [{"attachment_id": aid, "t": stats["time"], "device": d["device"], "pid": stats["pid"], "gap": int(gap),
+                 **{column: _cell(d.get(key)) for key, column in SAMPLE_FIELDS}} for d in stats["devices"]]
 
-        def write(c: sqlite3.Connection) -> None:
-            c.executemany(_INSERT_SAMPLE, rows)
-            c.execute("UPDATE live_attachments SET pid = ?, simulated = ?, rank = ?, last_seen = ? WHERE id = ?",
-                      (stats["pid"], int(bool(stats.get("simulated"))), stats.get("rank"), time.time(), aid))
+        def write(c: Connection) -> None:
+            if rows:
+                c.execute(tables.live_samples.insert(), rows)
+            c.execute(tables.live_attachments.update().where(tables.live_attachments.c.id == aid).values(
+                pid=stats["pid"], simulated=int(bool(stats.get("simulated"))), rank=stats.get("rank"),
+                last_seen=time.time()))
         self._write(write)
 
     def event(self, aid: int, kind: str, detail: str = "", snapshot_id: int | None = None,
               t: float | None = None) -> None:
-        self._write(lambda c: c.execute(
-            "INSERT INTO live_events (attachment_id, t, kind, detail, snapshot_id) VALUES (?, ?, ?, ?, ?)",
-            (aid, time.time() if t is None else t, kind, detail, snapshot_id)))
+        self._write(lambda c: c.execute(tables.live_events.insert().values(
+            attachment_id=aid, t=time.time() if t is None else t, kind=kind, detail=detail,
+            snapshot_id=snapshot_id)))
 
     def state(self, aid: int, t: float, segments: list[dict[str, Any]]) -> None:
         by_device: dict[int, list] = {}
         for seg in segments:
             by_device.setdefault(int(seg.get("device", 0)), []).append(seg)
 
-        def write(c: sqlite3.Connection) -> None:
-            c.execute("DELETE FROM live_state WHERE attachment_id = ?", (aid,))
-            c.executemany("INSERT INTO live_state VALUES (?, ?, ?, ?)",
-                          [(aid, dev, t, json.dumps(segs, separators=(",", ":"))) for dev, segs in by_device.items()])
+        def write(c: Connection) -> None:
+            c.execute(tables.live_state.delete().where(tables.live_state.c.attachment_id == aid))
+            if by_device:
+                c.execute(tables.live_state.insert(), [{"attachment_id": aid, "device": dev, "t": t,
+                                                   "segments": json.dumps(segs, separators=(",", ":"))}
+                                                  for dev, segs in by_device.items()])
         self._write(write)
 
     def end(self, aid: int) -> None:
-        self._write(lambda c: c.execute("UPDATE live_attachments SET ended_at = ? WHERE id = ?", (time.time(), aid)))
+        self._write(lambda c: c.execute(tables.live_attachments.update().where(tables.live_attachments.c.id == aid).values(
+            ended_at=time.time())))
 
 
 def _cell(value: Any) -> Any:
@@ -119,54 +118,55 @@ def _cell(value: Any) -> Any:
 
 
 class LiveReader:
-    """Reads live recordings through `conn()`, a callable giving this thread's read-only connection."""
+    """Reads live recordings from a store."""
 
-    def __init__(self, conn: Callable[[], sqlite3.Connection]) -> None:
-        self._conn = conn
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _rows(self, sql: str, **params: Any) -> list[tuple]:
+        with self.store.reading() as conn:
+            return [tuple(r) for r in conn.execute(text(sql), params)]
 
     def attachments(self) -> list[Attachment]:
-        rows = self._conn().execute("SELECT id, target, owner, pid, simulated, rank, started_at, last_seen, ended_at "
-                                    "FROM live_attachments ORDER BY id DESC")
+        rows = self._rows("SELECT id, target, owner, pid, simulated, rank, started_at, last_seen, ended_at "
+                          "FROM live_attachments ORDER BY id DESC")
         return [_attachment(r) for r in rows]
 
     def attachment(self, aid: int) -> Attachment | None:
-        r = self._conn().execute("SELECT id, target, owner, pid, simulated, rank, started_at, last_seen, ended_at "
-                                 "FROM live_attachments WHERE id = ?", (aid,)).fetchone()
-        return _attachment(r) if r else None
+        rows = self._rows("SELECT id, target, owner, pid, simulated, rank, started_at, last_seen, ended_at "
+                          "FROM live_attachments WHERE id = :aid", aid=aid)
+        return _attachment(rows[0]) if rows else None
 
     def samples(self, aid: int, after_id: int = 0, device: int | None = None) -> dict[str, list]:
         """Samples with id > after_id, as columns (SAMPLE_COLUMNS), oldest first."""
-        sql = f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM live_samples WHERE attachment_id = ? AND id > ?"
-        args: list[Any] = [aid, after_id]
+        sql = f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM live_samples WHERE attachment_id = :aid AND id > :after"
         if device is not None:
-            sql += " AND device = ?"
-            args.append(device)
-        rows = self._conn().execute(sql + " ORDER BY id", args).fetchall()
+            sql += " AND device = :device"
+        rows = self._rows(sql + " ORDER BY id", aid=aid, after=after_id, device=device)
         return {name: [r[i] for r in rows] for i, name in enumerate(SAMPLE_COLUMNS)}
 
     def devices(self, aid: int) -> list[int]:
-        return [r[0] for r in self._conn().execute(
-            "SELECT DISTINCT device FROM live_samples WHERE attachment_id = ? ORDER BY device", (aid,))]
+        return [r[0] for r in self._rows(
+            "SELECT DISTINCT device FROM live_samples WHERE attachment_id = :aid ORDER BY device", aid=aid)]
 
     def events(self, aid: int, after_id: int = 0, kind: str | None = None) -> list[LiveEvent]:
-        sql = "SELECT id, attachment_id, t, kind, detail, snapshot_id FROM live_events WHERE attachment_id = ? AND id > ?"
-        args: list[Any] = [aid, after_id]
+        sql = ("SELECT id, attachment_id, t, kind, detail, snapshot_id FROM live_events WHERE attachment_id = :aid "
+               "AND id > :after")
         if kind is not None:
-            sql += " AND kind = ?"
-            args.append(kind)
-        return [LiveEvent(*r) for r in self._conn().execute(sql + " ORDER BY id", args)]
+            sql += " AND kind = :kind"
+        return [LiveEvent(*r) for r in self._rows(sql + " ORDER BY id", aid=aid, after=after_id, kind=kind)]
 
     def latest_state(self, aid: int, device: int) -> tuple[float, list[Segment]] | None:
         """(time, segments) of the latest state recorded for this device, or None."""
-        row = self._conn().execute("SELECT t, segments FROM live_state WHERE attachment_id = ? AND device = ?",
-                                   (aid, device)).fetchone()
-        return None if row is None else (row[0], [_segment(s) for s in json.loads(row[1])])
+        rows = self._rows("SELECT t, segments FROM live_state WHERE attachment_id = :aid AND device = :device",
+                          aid=aid, device=device)
+        return None if not rows else (rows[0][0], [_segment(s) for s in json.loads(rows[0][1])])
 
     def state_time(self, aid: int, device: int) -> float | None:
         """When the latest segments of this device were recorded (cheap: the segments are not read)."""
-        row = self._conn().execute("SELECT t FROM live_state WHERE attachment_id = ? AND device = ?",
-                                   (aid, device)).fetchone()
-        return row[0] if row else None
+        rows = self._rows("SELECT t FROM live_state WHERE attachment_id = :aid AND device = :device",
+                          aid=aid, device=device)
+        return rows[0][0] if rows else None
 
 
 def _segment(s: dict[str, Any]) -> Segment:

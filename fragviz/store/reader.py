@@ -1,30 +1,27 @@
-"""Read-only queries on the store, returning model objects and small records; one connection per thread."""
+"""The store's reads: records in, records out (frozen dataclasses, model objects and decoded columns).
+
+A leaf: it fetches what was stored and never replays, analyses or reports. Rebuilding a past state from the
+checkpoints and chunks read here is the replay's (fragviz.replay.stored, through the StoredTrace protocol this
+class implements); the figures the dashboard draws are the library's (fragviz.library).
+"""
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
+from sqlalchemy import text
 
-from fragviz.allocator.config import settings_from_snapshot
-from fragviz.analysis import Analysis
 from fragviz.columns import decode_columns
-from fragviz.lod import choose_bucket, per_event
-from fragviz.errors import NotFoundError, UsageError
-from fragviz.metrics import StateFigures, state_figures
-from fragviz.model import Block, BlockState, Frame, FormatInfo, Segment, Snapshot, Trace, empty_trace
-from fragviz.replay import DeviceReplay, checkpoint_before, restore_layout
-from fragviz.replay.layout import default_sizer
-from fragviz.replay.state import layout_segments
+from fragviz.errors import NotFoundError
+from fragviz.model import Block, BlockState, Frame, FormatInfo, Segment
+from fragviz.store.engine import Store, open_store
 from fragviz.store.live import LiveReader
-from fragviz.store.records import Job, JobRank, Summary
-from fragviz.store.schema import CHUNK_EVENTS, connect
-from fragviz.store.writer import TRACE_COLUMNS
-from fragviz.usage.lifetimes import Lifetimes
+from fragviz.store.records import DeviceInfo, Job, JobRank, Summary
+
+LOD_CACHE = 16  # decoded level-of-detail tables kept per thread
 
 
 @dataclass(frozen=True)
@@ -39,402 +36,186 @@ class SnapshotRow:
     summary: Summary
 
 
-@dataclass(frozen=True)
-class AnnotationSpan:
-    """One record_function range from external_annotations, on the trace: states start_event..end_event, and
-    its own times (end_us is the trace's last time where no END was recorded: closed is then False)."""
-    name: str
-    start_event: int
-    end_event: int
-    start_us: int
-    end_us: int
-    closed: bool = True
-
-
-def pair_annotations(annotations: list, device: int) -> list[tuple[str, int, int | None]]:
-    """(name, START time, END time or None) of each START on `device`, in START order; an END closes the latest
-    open START of its name (record_function ranges nest). An END without a START is dropped."""
-    spans: list[list] = []
-    open_by_name: dict[str, list[int]] = {}
-    timed = [a for a in annotations if isinstance(a, dict) and isinstance(a.get("time_us"), int)
-             and a.get("device", device) == device]
-    for a in sorted(timed, key=lambda a: a["time_us"]):
-        name = str(a.get("name", ""))
-        if a.get("stage") == "START":
-            open_by_name.setdefault(name, []).append(len(spans))
-            spans.append([name, a["time_us"], None])
-        elif a.get("stage") == "END" and open_by_name.get(name):
-            spans[open_by_name[name].pop()][2] = a["time_us"]
-    return [tuple(s) for s in spans]
-
-
 class StoreReader:
-    """Read access to one store file. Safe to share between threads (each gets its own connection)."""
+    """Read access to one store. Safe to share between threads."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, target: str | Store) -> None:
+        self.store = target if isinstance(target, Store) else open_store(target, readonly=True)
+        self.path = self.store.label  # what messages call the store
         self._local = threading.local()
-        self._conn()  # fail early on a missing or foreign file
-        self.live = LiveReader(self._conn)
-
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = connect(self.path, readonly=True)
-        return conn
+        self.live = LiveReader(self.store)
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        self.store.dispose()
+
+    def _rows(self, sql: str, **params: Any) -> list[tuple]:
+        with self.store.reading() as conn:
+            return [tuple(r) for r in conn.execute(text(sql), params)]
+
+    def _one(self, sql: str, **params: Any) -> tuple | None:
+        rows = self._rows(sql, **params)
+        return rows[0] if rows else None
 
     # -- listing ---------------------------------------------------------------------------------------
     def list_snapshots(self) -> list[SnapshotRow]:
-        rows = self._conn().execute(
-            "SELECT id, name, content_hash, file_size, added_at, warnings, summary FROM snapshots ORDER BY id DESC")
-        return [_row(r) for r in rows]
+        return [_row(r) for r in self._rows(
+            "SELECT id, name, content_hash, file_size, added_at, warnings, summary FROM snapshots ORDER BY id DESC")]
 
     def snapshot_row(self, sid: int) -> SnapshotRow:
-        r = self._conn().execute("SELECT id, name, content_hash, file_size, added_at, warnings, summary "
-                                 "FROM snapshots WHERE id = ?", (sid,)).fetchone()
+        r = self._one("SELECT id, name, content_hash, file_size, added_at, warnings, summary FROM snapshots "
+                      "WHERE id = :sid", sid=sid)
         if r is None:
             raise NotFoundError(f"{self.path}: no snapshot with id {sid}")
         return _row(r)
 
     def snapshot_meta(self, sid: int) -> dict[str, Any]:
-        """Format, allocator settings, annotations, provenance and warnings, without the traces."""
-        row = self._conn().execute("SELECT format, allocator_settings, external_annotations, provenance, warnings "
-                                   "FROM snapshots WHERE id = ?", (sid,)).fetchone()
+        """Name, format, allocator settings, annotations, strings, provenance and warnings, without the traces."""
+        row = self._one("SELECT name, format, allocator_settings, external_annotations, strings, provenance, warnings "
+                        "FROM snapshots WHERE id = :sid", sid=sid)
         if row is None:
             raise NotFoundError(f"{self.path}: no snapshot with id {sid}")
-        fmt = json.loads(row[0])
-        return {"format": FormatInfo(**{**fmt, "features": tuple(fmt["features"])}),
-                "allocator_settings": _loads(row[1]), "external_annotations": _loads(row[2]),
-                "provenance": _loads(row[3]), "warnings": json.loads(row[4])}
+        fmt = json.loads(row[1])
+        return {"name": row[0], "format": FormatInfo(**{**fmt, "features": tuple(fmt["features"])}),
+                "allocator_settings": _loads(row[2]), "external_annotations": _loads(row[3]),
+                "strings": tuple(json.loads(row[4])), "provenance": _loads(row[5]), "warnings": json.loads(row[6])}
+
+    def devices(self, sid: int) -> dict[int, DeviceInfo]:
+        rows = self._rows("SELECT device, trace_events, action_names, pre_trace_blocks, pre_trace_segments, warnings "
+                          "FROM devices WHERE snapshot_id = :sid ORDER BY device", sid=sid)
+        return {r[0]: DeviceInfo(r[0], r[1], tuple(json.loads(r[2])), r[3], r[4], json.loads(r[5])) for r in rows}
+
+    def device_info(self, sid: int, device: int) -> DeviceInfo:
+        """One device's row; NotFoundError naming the snapshot or the device when there is none."""
+        devices = self.devices(sid)
+        if device not in devices:
+            self.snapshot_row(sid)
+            raise NotFoundError(f"{self.path}: snapshot {sid} has no device {device}")
+        return devices[device]
+
+    def trace_length(self, sid: int, device: int) -> int:
+        return self.device_info(sid, device).trace_events
 
     # -- jobs ------------------------------------------------------------------------------------------
     def jobs(self) -> list[Job]:
         """Every job, newest first, with its ranks."""
-        rows = self._conn().execute("SELECT id FROM jobs ORDER BY id DESC").fetchall()
-        return [self.job(r[0]) for r in rows]
+        return [self.job(r[0]) for r in self._rows("SELECT id FROM jobs ORDER BY id DESC")]
 
     def job(self, job_id: int) -> Job:
-        row = self._conn().execute("SELECT id, name, created_at FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = self._one("SELECT id, name, created_at FROM jobs WHERE id = :job", job=job_id)
         if row is None:
             raise NotFoundError(f"{self.path}: no job with id {job_id}")
-        ranks = self._conn().execute("SELECT r.rank, r.snapshot_id, s.name FROM job_ranks r JOIN snapshots s "
-                                     "ON s.id = r.snapshot_id WHERE r.job_id = ? ORDER BY r.rank", (job_id,))
+        ranks = self._rows("SELECT r.rank, r.snapshot_id, s.name FROM job_ranks r JOIN snapshots s "
+                           "ON s.id = r.snapshot_id WHERE r.job_id = :job ORDER BY r.rank", job=job_id)
         return Job(row[0], row[1], row[2], tuple(JobRank(*r) for r in ranks))
 
     def job_named(self, name: str) -> Job | None:
-        row = self._conn().execute("SELECT id FROM jobs WHERE name = ?", (name,)).fetchone()
+        row = self._one("SELECT id FROM jobs WHERE name = :name", name=name)
         return None if row is None else self.job(row[0])
 
-    # -- whole snapshots -------------------------------------------------------------------------------
-    def load_analysis(self, sid: int) -> Analysis:
-        """The snapshot as ingested, with lazily loaded replays: reports from it equal reports of the file."""
-        conn = self._conn()
-        row = conn.execute("SELECT name, format, warnings, allocator_settings, external_annotations, strings, "
-                           "provenance FROM snapshots WHERE id = ?", (sid,)).fetchone()
-        if row is None:
-            raise NotFoundError(f"{self.path}: no snapshot with id {sid}")
-        name, fmt, warnings, settings, annotations, strings, provenance = row
-        frames, stacks = self._stacks(sid)
-        devices = self._devices(sid)
-        traces = {d: self.trace(sid, d, info["action_names"]) for d, info in devices.items()}
-        snap = Snapshot(
-            source=name, format=FormatInfo(**{**json.loads(fmt), "features": tuple(json.loads(fmt)["features"])}),
-            segments=tuple(self._final_segments(sid)), traces=traces, frames=frames, stacks=stacks,
-            strings=tuple(json.loads(strings)), allocator_settings=_loads(settings),
-            external_annotations=_loads(annotations), warnings=json.loads(warnings), provenance=_loads(provenance))
-        alloc_settings = settings_from_snapshot(snap.allocator_settings)
-        sizer = default_sizer(alloc_settings)
-        replays = {}
-        for d, info in devices.items():
-            trace = traces[d]
-            replays[d] = DeviceReplay(
-                d, trace, _LazySeries(self, sid, d), self._block_sizes(sid, d), _LazyCheckpoints(self, sid, d),
-                sizer, info["warnings"], info["pre_trace_blocks"], info["pre_trace_segments"])
-        return Analysis(snap, replays, alloc_settings, list(snap.warnings))
-
-    def _devices(self, sid: int) -> dict[int, dict[str, Any]]:
-        rows = self._conn().execute("SELECT device, trace_events, action_names, pre_trace_blocks, "
-                                    "pre_trace_segments, warnings FROM devices WHERE snapshot_id = ? ORDER BY device",
-                                    (sid,))
-        return {r[0]: {"trace_events": r[1], "action_names": tuple(json.loads(r[2])), "pre_trace_blocks": r[3],
-                       "pre_trace_segments": r[4], "warnings": json.loads(r[5])} for r in rows}
-
-    def _stacks(self, sid: int) -> tuple[tuple[Frame, ...], tuple[tuple[int, ...], ...]]:
-        rows = self._conn().execute("SELECT ss.local_id, st.frame_ids FROM snapshot_stacks ss JOIN stacks st "
-                                    "ON st.id = ss.stack_id WHERE ss.snapshot_id = ? ORDER BY ss.local_id", (sid,))
+    # -- stacks and frames -----------------------------------------------------------------------------
+    def stacks(self, sid: int) -> tuple[tuple[Frame, ...], tuple[tuple[int, ...], ...]]:
+        """A snapshot's frames and its stacks (frame indices, innermost first), numbered as its blocks refer to them."""
+        rows = self._rows("SELECT ss.local_id, st.frame_ids FROM snapshot_stacks ss JOIN stacks st "
+                          "ON st.id = ss.stack_id WHERE ss.snapshot_id = :sid ORDER BY ss.local_id", sid=sid)
         raw = [np.frombuffer(blob, np.int64).tolist() for _, blob in rows]
         by_id = self._frames_by_id({f for ids in raw for f in ids})
         index = {fid: i for i, fid in enumerate(by_id)}
         return tuple(by_id.values()), tuple(tuple(index[f] for f in ids) for ids in raw)
 
-    def _frames_by_id(self, ids) -> dict[int, Frame]:
-        """Frames of the store by their ids (in ascending id order)."""
-        wanted = sorted(set(ids))
-        out: dict[int, Frame] = {}
-        for chunk in range(0, len(wanted), 500):
-            part = wanted[chunk:chunk + 500]
-            q = f"SELECT id, filename, line, name FROM frames WHERE id IN ({','.join('?' * len(part))}) ORDER BY id"
-            out.update({fid: Frame(f, line, name) for fid, f, line, name in self._conn().execute(q, part)})
-        return out
-
-    def _final_segments(self, sid: int) -> Iterator[Segment]:
-        conn = self._conn()
-        blocks: dict[tuple[int, int], list[Block]] = {}
-        for dev, so, addr, size, req, state, stack in conn.execute(
-                "SELECT device, segment_ord, address, size, requested_size, state, stack FROM blocks "
-                "WHERE snapshot_id = ? ORDER BY device, segment_ord, ord", (sid,)):
-            blocks.setdefault((dev, so), []).append(Block(addr, size, req, BlockState(state), stack))
-        for dev, so, addr, total, stream, pool, pa, pb, exp, stack in conn.execute(
-                "SELECT device, ord, address, total_size, stream, pool, pool_id_a, pool_id_b, is_expandable, stack "
-                "FROM segments WHERE snapshot_id = ? ORDER BY device, ord", (sid,)):
-            yield Segment(dev, addr, total, stream, pool, tuple(blocks.get((dev, so), ())),
-                          None if pa is None else (pa, pb), None if exp is None else bool(exp), stack)
-
-    # -- traces and series -----------------------------------------------------------------------------
-    def _trace_chunks(self, sid: int, device: int, lo: int = 0, hi: int | None = None) -> list[dict]:
-        hi = (1 << 62) if hi is None else hi
-        rows = self._conn().execute("SELECT data FROM trace_chunks WHERE snapshot_id = ? AND device = ? "
-                                    "AND chunk >= ? AND chunk <= ? ORDER BY chunk", (sid, device, lo, hi))
-        return [decode_columns(r[0]) for r in rows]
-
-    def trace(self, sid: int, device: int, action_names: tuple[str, ...]) -> Trace:
-        return _trace_from(device, self._trace_chunks(sid, device), action_names)
-
-    def _block_sizes(self, sid: int, device: int) -> np.ndarray:
-        chunks = self._trace_chunks(sid, device)
-        return np.concatenate([c["block_size"] for c in chunks]) if chunks else np.zeros(0, np.int64)
-
-    def series(self, sid: int, device: int) -> dict[str, np.ndarray]:
-        rows = self._conn().execute("SELECT data FROM series_chunks WHERE snapshot_id = ? AND device = ? "
-                                    "ORDER BY chunk", (sid, device)).fetchall()
-        chunks = [decode_columns(r[0]) for r in rows]
-        if not chunks:
-            raise NotFoundError(f"{self.path}: snapshot {sid} has no device {device}")
-        return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-
-    def lifetimes(self, sid: int, device: int) -> Lifetimes:
-        """Every allocation of a device's trace and the states it is live in (see fragviz.usage.lifetimes)."""
-        n = self.trace_length(sid, device)
-        row = self._conn().execute("SELECT data FROM allocations WHERE snapshot_id = ? AND device = ?",
-                                   (sid, device)).fetchone()
-        if row is None:  # stored by a fragviz before schema version 3: worked out from the stored trace
-            return self.load_analysis(sid).replays[device].lifetimes()
-        return Lifetimes.from_columns(decode_columns(row[0]), n + 1)
-
-    def stacks(self, sid: int) -> tuple[tuple[Frame, ...], tuple[tuple[int, ...], ...]]:
-        """A snapshot's frames and its stacks (frame indices, innermost first), numbered as its blocks refer to them."""
-        return self._stacks(sid)
-
-    def checkpoint(self, sid: int, device: int, event: int) -> dict[str, np.ndarray] | None:
-        row = self._conn().execute("SELECT data FROM checkpoints WHERE snapshot_id = ? AND device = ? AND event = ?",
-                                   (sid, device, event)).fetchone()
-        return decode_columns(row[0]) if row else None
-
-    # -- one past state, fast --------------------------------------------------------------------------
-    def device_state(self, sid: int, device: int, k: int | None = None) -> tuple[list[Segment], StateFigures, int]:
-        """Segments and blocks of `device` after `k` events (the last event when None), and the event used.
-
-        Reads one checkpoint and one trace chunk, then replays at most CHUNK_EVENTS events.
-        """
-        devices = self._devices(sid)
-        if device not in devices:
-            self.snapshot_row(sid)
-            raise NotFoundError(f"{self.path}: snapshot {sid} has no device {device}")
-        n = devices[device]["trace_events"]
-        k = n if k is None else k
-        if not 0 <= k <= n:
-            raise UsageError(f"event {k} is out of range for device {device} (its trace has {n} events)")
-        if k == n:
-            segments = [s for s in self._final_segments(sid) if s.device == device]
-            return segments, state_figures(segments), k
-        checkpoints = _LazyCheckpoints(self, sid, device)
-        base = checkpoint_before(checkpoints, k)
-        chunk = base // CHUNK_EVENTS
-        cols = self._trace_chunks(sid, device, chunk, chunk + (k - base) // CHUNK_EVENTS)
-        trace = _trace_from(device, cols, devices[device]["action_names"])
-        sizes = np.concatenate([c["block_size"] for c in cols]) if cols else np.zeros(0, np.int64)
-        layout = restore_layout(checkpoints, trace, sizes, k, default_sizer(settings_from_snapshot(None)),
-                                offset=chunk * CHUNK_EVENTS)
-        segments = layout_segments(layout, device)
-        return segments, state_figures(segments), k
-
-
-    # -- what the dashboard draws ----------------------------------------------------------------------
-    def trace_length(self, sid: int, device: int) -> int:
-        devices = self._devices(sid)
-        if device not in devices:
-            self.snapshot_row(sid)
-            raise NotFoundError(f"{self.path}: snapshot {sid} has no device {device}")
-        return devices[device]["trace_events"]
-
-    def timeline(self, sid: int, device: int, lo: int = 0, hi: int | None = None,
-                 max_points: int = 2000) -> dict[str, Any]:
-        """Figures over states lo..hi: raw where few enough, else min/max per bucket (key "bucket" says which)."""
-        n = self.trace_length(sid, device)
-        hi = n if hi is None else min(max(hi, 0), n)
-        lo = min(max(lo, 0), hi)
-        buckets = [r[0] for r in self._conn().execute(
-            "SELECT bucket FROM series_lod WHERE snapshot_id = ? AND device = ?", (sid, device))]
-        bucket = choose_bucket(lo, hi, max_points, buckets)
-        if bucket == 1:
-            first, last = lo // CHUNK_EVENTS, hi // CHUNK_EVENTS
-            rows = self._conn().execute("SELECT chunk, data FROM series_chunks WHERE snapshot_id = ? AND device = ? "
-                                        "AND chunk >= ? AND chunk <= ? ORDER BY chunk", (sid, device, first, last))
-            chunks = [decode_columns(r[1]) for r in rows]
-            series = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-            figures = per_event(series)
-            base = first * CHUNK_EVENTS
-            out: dict[str, Any] = {"bucket": 1, "start": np.arange(lo, hi + 1)}
-            for name, values in figures.items():
-                out[name + "_min"] = out[name + "_max"] = values[lo - base:hi - base + 1]
-            times = self._times(sid, device, lo, hi)
-            if times is not None:
-                out["time_us_min"] = times
-            return self._with_t0(sid, device, out)
-        cols = self._lod(sid, device, bucket)
-        i, j = lo // bucket, hi // bucket + 1
-        return self._with_t0(sid, device, {"bucket": bucket, **{k: v[i:j] for k, v in cols.items()}})
-
-    def _with_t0(self, sid: int, device: int, out: dict[str, Any]) -> dict[str, Any]:
-        if "time_us_min" in out:
-            first = self._trace_chunks(sid, device, 0, 0)
-            out["t0_us"] = int(first[0]["time_us"][0]) if first else None
-        return out
-
-    def _lod(self, sid: int, device: int, bucket: int) -> dict[str, np.ndarray]:
-        key = (sid, device, bucket)
-        cache = getattr(self._local, "lod", None)
-        if cache is None:
-            cache = self._local.lod = {}
-        if key not in cache:
-            row = self._conn().execute("SELECT data FROM series_lod WHERE snapshot_id = ? AND device = ? AND bucket = ?",
-                                       key).fetchone()
-            if len(cache) > 16:
-                cache.clear()
-            cache[key] = decode_columns(row[0])
-        return cache[key]
-
-    def _times(self, sid: int, device: int, lo: int, hi: int) -> np.ndarray | None:
-        first, last = max(0, lo - 1) // CHUNK_EVENTS, max(0, hi - 1) // CHUNK_EVENTS
-        chunks = self._trace_chunks(sid, device, first, last)
-        if not chunks:
-            return None
-        times = np.concatenate([c["time_us"] for c in chunks])
-        if (times < 0).any():
-            return None
-        base = first * CHUNK_EVENTS
-        idx = np.clip(np.arange(lo, hi + 1) - 1, 0, None) - base
-        return times[np.clip(idx, 0, len(times) - 1)]
-
-    def markers(self, sid: int, device: int, limit: int = 5000) -> dict[str, list[int]]:
-        """Event indices of OOMs, device allocations and releases, and `snapshot` actions (at most `limit` each).
-        Annotations are spans: see annotation_spans."""
-        devices = self._devices(sid)
-        names = devices[device]["action_names"] if device in devices else ()
-        trace = self.trace(sid, device, names)
-        kinds = {"oom": ("oom",), "segment_alloc": ("segment_alloc", "segment_map"),
-                 "segment_free": ("segment_free", "segment_unmap"), "snapshot": ("snapshot",)}
-        out: dict[str, list[int]] = {}
-        for kind, actions in kinds.items():
-            codes = [names.index(a) for a in actions if a in names]
-            hits = np.nonzero(np.isin(trace.action, codes))[0] if codes else np.zeros(0, np.int64)
-            if len(hits) > limit:
-                hits = hits[np.linspace(0, len(hits) - 1, limit).astype(np.int64)]
-            out[kind] = (hits + 1).tolist()  # the state right after the event
-        return out
-
-    def annotation_spans(self, sid: int, device: int) -> list[AnnotationSpan]:
-        """external_annotations (record_function START/END pairs) of one device as spans placed on the trace
-        by their time; empty where the trace has no times."""
-        devices = self._devices(sid)
-        names = devices[device]["action_names"] if device in devices else ()
-        trace = self.trace(sid, device, names)
-        pairs = pair_annotations(self.snapshot_meta(sid)["external_annotations"] or [], device)
-        if not pairs or not trace.has_time:
-            return []
-        times = np.maximum.accumulate(trace.time_us)  # an event without a time takes the one before it
-        ends = [int(times[-1]) if end is None else end for _, _, end in pairs]
-        # the state before the first event at or after each time: the events strictly before it
-        first = np.searchsorted(times, [start for _, start, _ in pairs]).tolist()
-        last = np.searchsorted(times, ends).tolist()
-        return [AnnotationSpan(name, a, max(a, b), start, end, closed is not None)
-                for (name, start, closed), a, b, end in zip(pairs, first, last, ends)]
-
     def stack_frames(self, sid: int, local_stack: int) -> list[Frame]:
         """The frames (innermost first) of one of a snapshot's stacks."""
         if local_stack < 0:
             return []
-        row = self._conn().execute("SELECT st.frame_ids FROM snapshot_stacks ss JOIN stacks st ON st.id = ss.stack_id "
-                                   "WHERE ss.snapshot_id = ? AND ss.local_id = ?", (sid, local_stack)).fetchone()
+        row = self._one("SELECT st.frame_ids FROM snapshot_stacks ss JOIN stacks st ON st.id = ss.stack_id "
+                        "WHERE ss.snapshot_id = :sid AND ss.local_id = :local", sid=sid, local=local_stack)
         if row is None:
             return []
         ids = np.frombuffer(row[0], np.int64).tolist()
         frames = self._frames_by_id(ids)
         return [frames[i] for i in ids]
 
+    def _frames_by_id(self, ids) -> dict[int, Frame]:
+        """Frames of the store by their ids (in ascending id order)."""
+        wanted = sorted(set(ids))
+        out: dict[int, Frame] = {}
+        for lo in range(0, len(wanted), 500):
+            names = {f"f{i}": fid for i, fid in enumerate(wanted[lo:lo + 500])}
+            q = f"SELECT id, filename, line, name FROM frames WHERE id IN ({', '.join(':' + k for k in names)}) ORDER BY id"
+            out.update({fid: Frame(f, line, name) for fid, f, line, name in self._rows(q, **names)})
+        return dict(sorted(out.items()))
 
-def _trace_from(device: int, chunks: list[dict], action_names: tuple[str, ...]) -> Trace:
-    if not chunks:
-        return empty_trace(device)
-    cols = {name: np.concatenate([c[name] for c in chunks]) for name in TRACE_COLUMNS}
-    return Trace(device=device, action_names=tuple(action_names), **cols)
+    # -- the recorded final state ----------------------------------------------------------------------
+    def final_segments(self, sid: int, device: int | None = None) -> list[Segment]:
+        """The segments and blocks the file recorded, of one device or all, in their stored order."""
+        where, params = "snapshot_id = :sid", {"sid": sid}
+        if device is not None:
+            where, params = where + " AND device = :device", {**params, "device": device}
+        blocks: dict[tuple[int, int], list[Block]] = {}
+        for dev, so, addr, size, req, state, stack in self._rows(
+                f"SELECT device, segment_ord, address, size, requested_size, state, stack FROM blocks WHERE {where} "
+                "ORDER BY device, segment_ord, ord", **params):
+            blocks.setdefault((dev, so), []).append(Block(addr, size, req, BlockState(state), stack))
+        return [Segment(dev, addr, total, stream, pool, tuple(blocks.get((dev, so), ())),
+                        None if pa is None else (pa, pb), None if exp is None else bool(exp), stack)
+                for dev, so, addr, total, stream, pool, pa, pb, exp, stack in self._rows(
+                    f"SELECT device, ord, address, total_size, stream, pool, pool_id_a, pool_id_b, is_expandable, stack "
+                    f"FROM segments WHERE {where} ORDER BY device, ord", **params)]
 
+    # -- columns ---------------------------------------------------------------------------------------
+    def trace_chunks(self, sid: int, device: int, first: int = 0, last: int | None = None) -> list[dict]:
+        """The trace's columns in chunks first..last (CHUNK_EVENTS events each), decoded."""
+        rows = self._rows("SELECT data FROM trace_chunks WHERE snapshot_id = :sid AND device = :device "
+                          "AND chunk >= :first AND chunk <= :last ORDER BY chunk", sid=sid, device=device,
+                          first=first, last=(1 << 62) if last is None else last)
+        return [decode_columns(r[0]) for r in rows]
 
-class _LazyCheckpoints(Mapping):
-    def __init__(self, reader: StoreReader, sid: int, device: int) -> None:
-        self._reader, self._sid, self._device = reader, sid, device
-        self._cache: dict[int, dict[str, np.ndarray]] = {}
-        self._events: set[int] | None = None
+    def series_chunks(self, sid: int, device: int, first: int = 0, last: int | None = None) -> list[dict]:
+        """The replay's per-state series in chunks first..last (CHUNK_EVENTS states each), decoded."""
+        rows = self._rows("SELECT data FROM series_chunks WHERE snapshot_id = :sid AND device = :device "
+                          "AND chunk >= :first AND chunk <= :last ORDER BY chunk", sid=sid, device=device,
+                          first=first, last=(1 << 62) if last is None else last)
+        return [decode_columns(r[0]) for r in rows]
 
-    def _keys(self) -> set[int]:
-        if self._events is None:
-            rows = self._reader._conn().execute(
-                "SELECT event FROM checkpoints WHERE snapshot_id = ? AND device = ?", (self._sid, self._device))
-            self._events = {r[0] for r in rows}
-        return self._events
+    def series(self, sid: int, device: int) -> dict[str, np.ndarray]:
+        chunks = self.series_chunks(sid, device)
+        if not chunks:
+            raise NotFoundError(f"{self.path}: snapshot {sid} has no device {device}")
+        return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
-    def __getitem__(self, event: int) -> dict[str, np.ndarray]:
-        if event not in self._cache:
-            cols = self._reader.checkpoint(self._sid, self._device, event)
-            if cols is None:
-                raise KeyError(event)
-            self._cache[event] = cols
-        return self._cache[event]
+    def lod_buckets(self, sid: int, device: int) -> list[int]:
+        return [r[0] for r in self._rows("SELECT bucket FROM series_lod WHERE snapshot_id = :sid AND device = :device",
+                                         sid=sid, device=device)]
 
-    def __contains__(self, event: object) -> bool:
-        return event in self._keys()
+    def lod(self, sid: int, device: int, bucket: int) -> dict[str, np.ndarray]:
+        """The series summarised per bucket of `bucket` states (min and max of each figure); cached per thread."""
+        key = (sid, device, bucket)
+        cache = getattr(self._local, "lod", None)
+        if cache is None:
+            cache = self._local.lod = {}
+        if key not in cache:
+            row = self._one("SELECT data FROM series_lod WHERE snapshot_id = :sid AND device = :device "
+                            "AND bucket = :bucket", sid=sid, device=device, bucket=bucket)
+            if row is None:
+                raise NotFoundError(f"{self.path}: snapshot {sid} device {device} has no level of detail {bucket}")
+            if len(cache) > LOD_CACHE:
+                cache.clear()
+            cache[key] = decode_columns(row[0])
+        return cache[key]
 
-    def __iter__(self):
-        return iter(sorted(self._keys()))
+    def allocations(self, sid: int, device: int) -> dict[str, np.ndarray] | None:
+        """The stored lifetimes' columns (fragviz.usage.lifetimes), or None for a snapshot stored before them."""
+        row = self._one("SELECT data FROM allocations WHERE snapshot_id = :sid AND device = :device",
+                        sid=sid, device=device)
+        return None if row is None else decode_columns(row[0])
 
-    def __len__(self) -> int:
-        return len(self._keys())
+    def checkpoint(self, sid: int, device: int, event: int) -> dict[str, np.ndarray] | None:
+        row = self._one("SELECT data FROM checkpoints WHERE snapshot_id = :sid AND device = :device AND event = :event",
+                        sid=sid, device=device, event=event)
+        return decode_columns(row[0]) if row else None
 
-
-class _LazySeries(Mapping):
-    def __init__(self, reader: StoreReader, sid: int, device: int) -> None:
-        self._reader, self._sid, self._device = reader, sid, device
-        self._data: dict[str, np.ndarray] | None = None
-
-    def _load(self) -> dict[str, np.ndarray]:
-        if self._data is None:
-            self._data = self._reader.series(self._sid, self._device)
-        return self._data
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return self._load()[key]
-
-    def __iter__(self):
-        return iter(self._load())
-
-    def __len__(self) -> int:
-        return len(self._load())
+    def checkpoint_events(self, sid: int, device: int) -> set[int]:
+        return {r[0] for r in self._rows("SELECT event FROM checkpoints WHERE snapshot_id = :sid AND device = :device",
+                                         sid=sid, device=device)}
 
 
 def _row(r: tuple) -> SnapshotRow:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Callable, Iterable
+
+from fragviz.model import Frame, Segment
 
 SUMMARY_VERSION = 1
 
@@ -100,3 +102,50 @@ class Job:
     name: str
     created_at: str
     ranks: tuple[JobRank, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """What the store keeps of one device of a snapshot. The blobs are columnar (fragviz.columns), made by the
+    replay (fragviz.replay.stored), and may come lazily: each iterable is read once, as it is written."""
+    device: int
+    trace_events: int
+    action_names: tuple[str, ...]
+    pre_trace_blocks: int
+    pre_trace_segments: int
+    warnings: list[str]
+    segments: tuple[Segment, ...]  # the final state as recorded
+    trace_chunks: Iterable[bytes]  # CHUNK_EVENTS events each
+    series_chunks: Iterable[bytes]  # CHUNK_EVENTS states each
+    series_lod: Iterable[tuple[int, bytes]]  # (bucket, min/max per bucket)
+    checkpoints: Iterable[tuple[int, bytes]]  # (event, layout after it)
+    allocations: Callable[[], bytes]
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """A whole snapshot for the writer: written in one transaction, or not at all."""
+    name: str
+    content_hash: str
+    file_size: int
+    format: dict[str, Any]
+    warnings: list[str]
+    allocator_settings: Any
+    external_annotations: Any
+    strings: tuple[str, ...]
+    provenance: Any
+    summary: Summary
+    frames: tuple[Frame, ...]
+    stacks: tuple[tuple[int, ...], ...]  # frame indices, innermost first
+    devices: tuple[DeviceRecord, ...]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The devices row of a stored snapshot."""
+    device: int
+    trace_events: int
+    action_names: tuple[str, ...]
+    pre_trace_blocks: int
+    pre_trace_segments: int
+    warnings: list[str]

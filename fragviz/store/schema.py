@@ -1,15 +1,16 @@
-"""The timeline store's schema (SQLite), its version, and how a store file is opened.
+"""The timeline store's tables (one schema for SQLite and PostgreSQL, as SQLAlchemy Core tables), its version,
+and its migrations.
 
 Version 1 tables:
   meta(key, value)                  schema_version and the fragviz version that created the store
   snapshots                         one row per ingested file: name, content hash (unique), format,
                                     warnings, allocator settings, annotations, provenance (for snapshots
-                                    fragviz made), summary (the report object of the final state)
+                                    fragviz made), summary (fragviz.store.records.Summary as JSON)
   frames, stacks                    every distinct frame and stack once, shared by all snapshots
   snapshot_stacks                   a snapshot's own stack numbering -> stacks.id
   devices                           per snapshot and device: trace length, action names, replay facts
   segments, blocks                  the final state as recorded in the file
-  trace_chunks                      the trace in chunks of CHUNK_EVENTS events, columnar blobs (fragviz.columns)
+  trace_chunks                      the trace in chunks of equal size (fragviz.replay.stored.CHUNK_EVENTS), columnar blobs (fragviz.columns)
   series_chunks                     per-event figures after each event, same chunking (n + 1 states)
   series_lod                        the same summarised as min/max per bucket of 16, 64, 256... events
   checkpoints                       the replayed state after every CHUNK_EVENTS events, columnar blobs
@@ -27,314 +28,128 @@ Version 3 adds what holds memory over time:
   allocations                       per snapshot and device: every allocation of the trace with the states it
                                     is live in, its sizes, stack, address and times (fragviz.usage.lifetimes),
                                     columnar; snapshots stored before version 3 have none (read from the trace)
-MIGRATIONS[v] takes a store from version v to v + 1 in one transaction; a store is migrated when opened
-for writing (or, for reading, when its file is writable).
+Version 4 adds jobs of many ranks, and the summary becomes the store's own versioned record:
+  jobs                              one row per job (its name is unique)
+  job_ranks                         (job, rank) -> snapshot
+  summaries stored before version 4 are report objects, read as Summary version 0 (fragviz.store.records)
+
+STEPS[v] are the tables version v adds; a store is brought from version v to v + 1 in one transaction when
+it is opened for writing (or, for reading, when it can be written).
 """
 from __future__ import annotations
 
-import os
-import sqlite3
-from contextlib import contextmanager
-from typing import Iterator
-
-from fragviz.errors import StoreBusyError, StoreError
-from fragviz.replay.engine import CHECKPOINT_EVERY
-from fragviz.settings import setting
-from fragviz.units import cut
+from sqlalchemy import (BigInteger, Column, Float, ForeignKey, ForeignKeyConstraint, Index, Integer, LargeBinary,
+                        MetaData, PrimaryKeyConstraint, Table, Text, UniqueConstraint)
 
 SCHEMA_VERSION = 4
-CHUNK_EVENTS = CHECKPOINT_EVERY
 
-DDL = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS snapshots (
-    id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL,
-    content_hash TEXT NOT NULL UNIQUE,
-    file_size INTEGER NOT NULL,
-    added_at TEXT NOT NULL,
-    format TEXT NOT NULL,
-    warnings TEXT NOT NULL,
-    allocator_settings TEXT,
-    external_annotations TEXT,
-    strings TEXT NOT NULL,
-    provenance TEXT,
-    summary TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS frames (
-    id INTEGER PRIMARY KEY,
-    filename TEXT NOT NULL, line INTEGER NOT NULL, name TEXT NOT NULL,
-    UNIQUE (filename, line, name)
-);
-CREATE TABLE IF NOT EXISTS stacks (id INTEGER PRIMARY KEY, digest BLOB NOT NULL UNIQUE, frame_ids BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS snapshot_stacks (
-    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
-    local_id INTEGER NOT NULL, stack_id INTEGER NOT NULL REFERENCES stacks(id),
-    PRIMARY KEY (snapshot_id, local_id)
-);
-CREATE TABLE IF NOT EXISTS devices (
-    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
-    device INTEGER NOT NULL,
-    trace_events INTEGER NOT NULL,
-    action_names TEXT NOT NULL,
-    pre_trace_blocks INTEGER NOT NULL,
-    pre_trace_segments INTEGER NOT NULL,
-    warnings TEXT NOT NULL,
-    PRIMARY KEY (snapshot_id, device)
-);
-CREATE TABLE IF NOT EXISTS segments (
-    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
-    device INTEGER NOT NULL, ord INTEGER NOT NULL,
-    address INTEGER NOT NULL, total_size INTEGER NOT NULL, stream INTEGER NOT NULL, pool TEXT NOT NULL,
-    pool_id_a INTEGER, pool_id_b INTEGER, is_expandable INTEGER, stack INTEGER NOT NULL,
-    PRIMARY KEY (snapshot_id, device, ord)
-);
-CREATE TABLE IF NOT EXISTS blocks (
-    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
-    device INTEGER NOT NULL, segment_ord INTEGER NOT NULL, ord INTEGER NOT NULL,
-    address INTEGER NOT NULL, size INTEGER NOT NULL, requested_size INTEGER NOT NULL, state TEXT NOT NULL,
-    stack INTEGER NOT NULL,
-    PRIMARY KEY (snapshot_id, device, segment_ord, ord)
-);
-CREATE TABLE IF NOT EXISTS trace_chunks (
-    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
-    device INTEGER NOT NULL, chunk INTEGER NOT NULL, data BLOB NOT NULL,
-    PRIMARY KEY (snapshot_id, device, chunk)
-);
-CREATE TABLE IF NOT EXISTS series_chunks (
-    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
-    device INTEGER NOT NULL, chunk INTEGER NOT NULL, data BLOB NOT NULL,
-    PRIMARY KEY (snapshot_id, device, chunk)
-);
-CREATE TABLE IF NOT EXISTS series_lod (
-    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
-    device INTEGER NOT NULL, bucket INTEGER NOT NULL, data BLOB NOT NULL,
-    PRIMARY KEY (snapshot_id, device, bucket)
-);
-CREATE TABLE IF NOT EXISTS checkpoints (
-    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
-    device INTEGER NOT NULL, event INTEGER NOT NULL, data BLOB NOT NULL,
-    PRIMARY KEY (snapshot_id, device, event)
-);
-"""
-
-LIVE_DDL = """
-CREATE TABLE IF NOT EXISTS live_attachments (
-    id INTEGER PRIMARY KEY,
-    target TEXT NOT NULL,
-    owner TEXT NOT NULL,
-    pid INTEGER,
-    simulated INTEGER,
-    rank INTEGER,
-    started_at REAL NOT NULL,
-    last_seen REAL,
-    ended_at REAL
-);
-CREATE TABLE IF NOT EXISTS live_samples (
-    id INTEGER PRIMARY KEY,
-    attachment_id INTEGER NOT NULL REFERENCES live_attachments(id) ON DELETE CASCADE,
-    t REAL NOT NULL, device INTEGER NOT NULL, pid INTEGER NOT NULL, gap INTEGER NOT NULL,
-    allocated INTEGER NOT NULL, requested INTEGER NOT NULL, reserved INTEGER NOT NULL, active INTEGER NOT NULL,
-    inactive_split INTEGER NOT NULL, alloc_retries INTEGER NOT NULL, ooms INTEGER NOT NULL,
-    device_total INTEGER, device_free INTEGER, nvml_used INTEGER,
-    largest_free INTEGER NOT NULL, fragmentation REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS live_samples_by_attachment ON live_samples (attachment_id, id);
-CREATE TABLE IF NOT EXISTS live_events (
-    id INTEGER PRIMARY KEY,
-    attachment_id INTEGER NOT NULL REFERENCES live_attachments(id) ON DELETE CASCADE,
-    t REAL NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL,
-    snapshot_id INTEGER REFERENCES snapshots(id) ON DELETE SET NULL
-);
-CREATE INDEX IF NOT EXISTS live_events_by_attachment ON live_events (attachment_id, id);
-CREATE TABLE IF NOT EXISTS live_state (
-    attachment_id INTEGER NOT NULL REFERENCES live_attachments(id) ON DELETE CASCADE,
-    device INTEGER NOT NULL, t REAL NOT NULL, segments TEXT NOT NULL,
-    PRIMARY KEY (attachment_id, device)
-);
-"""
-
-USAGE_DDL = """
-CREATE TABLE IF NOT EXISTS allocations (
-    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
-    device INTEGER NOT NULL, data BLOB NOT NULL,
-    PRIMARY KEY (snapshot_id, device)
-);
-"""
-
-JOBS_DDL = """
-CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS job_ranks (
-    job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
-    rank INTEGER NOT NULL,
-    snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
-    PRIMARY KEY (job_id, rank)
-);
-"""
-
-MIGRATIONS = {1: LIVE_DDL, 2: USAGE_DDL, 3: JOBS_DDL}  # MIGRATIONS[v]: from version v to v + 1
+metadata = MetaData()
 
 
-def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
-    """Open the store at `path`, creating it (and its schema) unless `readonly`."""
-    try:
-        if readonly:
-            if not os.path.exists(path):
-                raise StoreError(f"{path}: no such store (ingest a snapshot into it first)")
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-            if _older(conn, path) and os.access(path, os.W_OK):
-                conn.close()
-                connect(path).close()  # an older store is migrated before it is read
-                conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        else:
-            parent = os.path.dirname(os.path.abspath(path))
-            os.makedirs(parent, exist_ok=True)
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute(f"PRAGMA busy_timeout={round(float(setting('busy_timeout')) * 1000)}")
-            if readonly:
-                check_version(conn, path)
-            else:
-                _refuse_newer(conn, path)  # before anything changes the file
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            if not readonly:
-                _ensure_schema(conn, path)
-            return conn
-        except BaseException:
-            conn.close()
-            raise
-    except sqlite3.DatabaseError as exc:
-        raise store_error(path, exc) from None
+def _owned(name: str, *columns, key: tuple[str, ...]) -> Table:
+    """A table of rows a snapshot owns: removed with it."""
+    return Table(name, metadata,
+                 Column("snapshot_id", Integer, ForeignKey("snapshots.id", ondelete="CASCADE"), nullable=False),
+                 *columns, PrimaryKeyConstraint("snapshot_id", *key))
 
 
-def store_error(path: str, exc: sqlite3.Error) -> StoreError:
-    """The words for SQLite's failure on the store at `path`: busy, full, unreadable, or not a store."""
-    text = str(exc)
-    if is_busy(exc):
-        return StoreBusyError(f"{path}: the store is busy with another writer; try again")
-    if disk_is_full(path, exc):
-        return StoreError(f"{path}: the store cannot grow: the disk is full ({cut(text)}); it is unchanged")
-    if isinstance(exc, sqlite3.OperationalError):
-        return StoreError(f"{path}: the store cannot be opened or written ({cut(text)})")
-    return StoreError(f"{path}: not a fragviz store ({cut(text)})")
+meta = Table("meta", metadata, Column("key", Text, primary_key=True), Column("value", Text, nullable=False))
+snapshots = Table(
+    "snapshots", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("content_hash", Text, nullable=False, unique=True),
+    Column("file_size", BigInteger, nullable=False),
+    Column("added_at", Text, nullable=False),
+    Column("format", Text, nullable=False),
+    Column("warnings", Text, nullable=False),
+    Column("allocator_settings", Text),
+    Column("external_annotations", Text),
+    Column("strings", Text, nullable=False),
+    Column("provenance", Text),
+    Column("summary", Text, nullable=False))
+frames = Table("frames", metadata, Column("id", Integer, primary_key=True),
+               Column("filename", Text, nullable=False), Column("line", BigInteger, nullable=False),
+               Column("name", Text, nullable=False), UniqueConstraint("filename", "line", "name"))
+stacks = Table("stacks", metadata, Column("id", Integer, primary_key=True),
+               Column("digest", LargeBinary, nullable=False, unique=True),
+               Column("frame_ids", LargeBinary, nullable=False))
+snapshot_stacks = _owned("snapshot_stacks", Column("local_id", Integer, nullable=False),
+                         Column("stack_id", Integer, ForeignKey("stacks.id"), nullable=False), key=("local_id",))
+devices = _owned("devices", Column("device", Integer, nullable=False),
+                 Column("trace_events", BigInteger, nullable=False), Column("action_names", Text, nullable=False),
+                 Column("pre_trace_blocks", BigInteger, nullable=False),
+                 Column("pre_trace_segments", BigInteger, nullable=False), Column("warnings", Text, nullable=False),
+                 key=("device",))
+segments = _owned("segments", Column("device", Integer, nullable=False), Column("ord", Integer, nullable=False),
+                  Column("address", BigInteger, nullable=False), Column("total_size", BigInteger, nullable=False),
+                  Column("stream", BigInteger, nullable=False), Column("pool", Text, nullable=False),
+                  Column("pool_id_a", BigInteger), Column("pool_id_b", BigInteger), Column("is_expandable", Integer),
+                  Column("stack", BigInteger, nullable=False), key=("device", "ord"))
+blocks = _owned("blocks", Column("device", Integer, nullable=False), Column("segment_ord", Integer, nullable=False),
+                Column("ord", Integer, nullable=False), Column("address", BigInteger, nullable=False),
+                Column("size", BigInteger, nullable=False), Column("requested_size", BigInteger, nullable=False),
+                Column("state", Text, nullable=False), Column("stack", BigInteger, nullable=False),
+                key=("device", "segment_ord", "ord"))
 
 
-def is_busy(exc: sqlite3.Error) -> bool:
-    """True for SQLite's "database is locked" / "busy": another writer held the store past the busy timeout."""
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+def _blobs(name: str, key: str) -> Table:
+    return _owned(name, Column("device", Integer, nullable=False), Column(key, BigInteger, nullable=False),
+                  Column("data", LargeBinary, nullable=False), key=("device", key))
 
 
-# SQLite's names for a write that found no room: the database, its journal, or its shared-memory index
-_FULL_ERRORS = {"SQLITE_FULL", "SQLITE_IOERR_SHMSIZE", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC",
-                "SQLITE_IOERR_TRUNCATE", "SQLITE_CANTOPEN"}
-FREE_SPACE_FLOOR = 1 << 20
+trace_chunks = _blobs("trace_chunks", "chunk")
+series_chunks = _blobs("series_chunks", "chunk")
+series_lod = _blobs("series_lod", "bucket")
+checkpoints = _blobs("checkpoints", "event")
+V1 = (meta, snapshots, frames, stacks, snapshot_stacks, devices, segments, blocks, trace_chunks, series_chunks,
+      series_lod, checkpoints)
+
+live_attachments = Table(
+    "live_attachments", metadata, Column("id", Integer, primary_key=True),
+    Column("target", Text, nullable=False), Column("owner", Text, nullable=False), Column("pid", BigInteger),
+    Column("simulated", Integer), Column("rank", Integer), Column("started_at", Float, nullable=False),
+    Column("last_seen", Float), Column("ended_at", Float))
 
 
-def disk_is_full(path: str, exc: sqlite3.Error) -> bool:
-    """True when `exc` is SQLite finding no room for the store at `path` (its error name, or no free space)."""
-    if getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or "full" in str(exc):
-        return True
-    if getattr(exc, "sqlite_errorname", "") not in _FULL_ERRORS:
-        return False
-    try:
-        stat = os.statvfs(os.path.dirname(os.path.abspath(path)))
-    except OSError:
-        return False
-    return stat.f_bavail * stat.f_frsize < FREE_SPACE_FLOOR
+def _attachment() -> ForeignKey:
+    return ForeignKey("live_attachments.id", ondelete="CASCADE")
 
 
-def database_path(conn: sqlite3.Connection) -> str:
-    """The file behind a connection (for messages)."""
-    try:
-        row = conn.execute("PRAGMA database_list").fetchone()
-    except sqlite3.Error:
-        return "the store"
-    return row[2] if row and row[2] else "the store"
+SAMPLE_FIGURES = ("allocated", "requested", "reserved", "active", "inactive_split", "alloc_retries", "ooms")
+live_samples = Table(
+    "live_samples", metadata, Column("id", Integer, primary_key=True),
+    Column("attachment_id", Integer, _attachment(), nullable=False),
+    Column("t", Float, nullable=False), Column("device", Integer, nullable=False),
+    Column("pid", BigInteger, nullable=False), Column("gap", Integer, nullable=False),
+    *(Column(name, BigInteger, nullable=False) for name in SAMPLE_FIGURES),
+    Column("device_total", BigInteger), Column("device_free", BigInteger), Column("nvml_used", BigInteger),
+    Column("largest_free", BigInteger, nullable=False), Column("fragmentation", Float, nullable=False),
+    Index("live_samples_by_attachment", "attachment_id", "id"))
+live_events = Table(
+    "live_events", metadata, Column("id", Integer, primary_key=True),
+    Column("attachment_id", Integer, _attachment(), nullable=False),
+    Column("t", Float, nullable=False), Column("kind", Text, nullable=False), Column("detail", Text, nullable=False),
+    Column("snapshot_id", Integer, ForeignKey("snapshots.id", ondelete="SET NULL")),
+    Index("live_events_by_attachment", "attachment_id", "id"))
+live_state = Table(
+    "live_state", metadata, Column("attachment_id", Integer, _attachment(), nullable=False),
+    Column("device", Integer, nullable=False), Column("t", Float, nullable=False),
+    Column("segments", Text, nullable=False), PrimaryKeyConstraint("attachment_id", "device"))
+V2 = (live_attachments, live_samples, live_events, live_state)
 
+allocations = _owned("allocations", Column("device", Integer, nullable=False),
+                     Column("data", LargeBinary, nullable=False), key=("device",))
+V3 = (allocations,)
 
-class NewStore:
-    """While a command runs: if it made the store at `path` (and its folders) and keeps nothing, they go."""
+jobs = Table("jobs", metadata, Column("id", Integer, primary_key=True), Column("name", Text, nullable=False, unique=True),
+             Column("created_at", Text, nullable=False))
+job_ranks = Table(
+    "job_ranks", metadata, Column("job_id", Integer, nullable=False), Column("rank", Integer, nullable=False),
+    Column("snapshot_id", Integer, nullable=False), PrimaryKeyConstraint("job_id", "rank"),
+    ForeignKeyConstraint(["job_id"], ["jobs.id"], ondelete="CASCADE"),
+    ForeignKeyConstraint(["snapshot_id"], ["snapshots.id"], ondelete="CASCADE"))
+V4 = (jobs, job_ranks)
 
-    def __init__(self, path: str) -> None:
-        self.path = os.path.abspath(path)
-        self.existed = os.path.exists(self.path)
-        self.new_dirs: list[str] = []
-        parent = os.path.dirname(self.path)
-        while not os.path.exists(parent):
-            self.new_dirs.append(parent)
-            parent = os.path.dirname(parent)
-        self.keep = False
-
-    def discard(self) -> None:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            try:
-                os.remove(self.path + suffix)
-            except FileNotFoundError:
-                pass
-        for folder in self.new_dirs:  # deepest first
-            try:
-                os.rmdir(folder)
-            except OSError:
-                break
-
-
-@contextmanager
-def new_store_guard(path: str) -> Iterator[NewStore]:
-    """Yield a NewStore; a store this block created is removed again unless `keep` is left true."""
-    guard = NewStore(path)
-    try:
-        yield guard
-    finally:
-        if not guard.existed and not guard.keep:
-            guard.discard()
-
-
-def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
-    have = _version(conn, path)
-    if have is None:  # the tables and their version in one transaction: a reader never sees one without the other
-        from fragviz import __version__
-
-        conn.executescript("BEGIN IMMEDIATE;" + DDL + LIVE_DDL + USAGE_DDL + JOBS_DDL
-                           + f"INSERT OR REPLACE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
-                           + f"INSERT OR REPLACE INTO meta VALUES ('created_by', 'fragviz {__version__}');COMMIT;")
-    elif have < SCHEMA_VERSION:
-        migrate(conn, path, have)
-
-
-def _refuse_newer(conn: sqlite3.Connection, path: str) -> None:
-    have = _version(conn, path)
-    if have is not None and have > SCHEMA_VERSION:
-        raise StoreError(f"{path}: store schema version {have} is newer than this fragviz (version "
-                         f"{SCHEMA_VERSION}): upgrade fragviz")
-
-
-def migrate(conn: sqlite3.Connection, path: str, have: int) -> None:
-    """Bring a store from version `have` to SCHEMA_VERSION, one transaction per step."""
-    for version in range(have, SCHEMA_VERSION):
-        if version not in MIGRATIONS:
-            raise StoreError(f"{path}: no migration from store schema version {version}")
-        conn.executescript("BEGIN IMMEDIATE;" + MIGRATIONS[version]
-                           + f"UPDATE meta SET value = '{version + 1}' WHERE key = 'schema_version';COMMIT;")
-
-
-def _older(conn: sqlite3.Connection, path: str) -> bool:
-    have = _version(conn, path)
-    return have is not None and have < SCHEMA_VERSION
-
-
-def check_version(conn: sqlite3.Connection, path: str) -> None:
-    have = _version(conn, path)
-    if have != SCHEMA_VERSION:
-        raise StoreError(f"{path}: store schema version {have}, this fragviz reads version {SCHEMA_VERSION}")
-
-
-def _version(conn: sqlite3.Connection, path: str) -> int | None:
-    row = conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
-    if row is None:
-        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-            raise StoreError(f"{path}: the database holds other tables: not a fragviz store")
-        return None
-    value = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    return int(value[0]) if value else None
+# STEPS[v]: the tables version v adds (a store at version v - 1 is brought to v by creating them)
+STEPS: dict[int, tuple[Table, ...]] = {1: V1, 2: V2, 3: V3, 4: V4}

@@ -1,147 +1,163 @@
-"""The store's one writer: a whole analysed snapshot in one transaction, or nothing."""
+"""The store's writes: a whole snapshot in one transaction, or nothing; and jobs of ranks.
+
+Many writers may share a PostgreSQL store: a snapshot's content hash is locked for its transaction (an
+advisory lock), so two processes ingesting one file store it once; frames and stacks, shared by every
+snapshot, are inserted in a fixed order and skipped where present, so concurrent writers never deadlock.
+"""
 from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from datetime import datetime, timezone
+from typing import Any, Iterable, Iterator
 
 import numpy as np
+from sqlalchemy import Connection, Table, func, select, tuple_
+from sqlalchemy.dialects import postgresql, sqlite
 
-from fragviz.analysis import Analysis
-from fragviz.columns import encode_columns
-from fragviz.lod import bucket_sizes, per_event, summarise
-from fragviz.model import Snapshot, Trace
-from fragviz.replay import DeviceReplay
-from fragviz.store.records import Summary
-from fragviz.store.schema import CHUNK_EVENTS
+from fragviz.model import Frame
+from fragviz.store import schema as t
+from fragviz.store.engine import Store
+from fragviz.store.records import DeviceRecord, SnapshotRecord
 
-
-def find_by_hash(conn: sqlite3.Connection, content_hash: str) -> int | None:
-    row = conn.execute("SELECT id FROM snapshots WHERE content_hash = ?", (content_hash,)).fetchone()
-    return row[0] if row else None
+BATCH = 5000  # rows per executemany of the final state's segments and blocks
+LOOKUP = 500  # keys per IN (...) when reading ids back
 
 
-def write_analysis(conn: sqlite3.Connection, analysis: Analysis, summary: Summary, content_hash: str,
-                   file_size: int) -> tuple[int, bool]:
-    """Store `analysis` in one transaction: (snapshot id, True if new). On any error the store is unchanged.
+def find_by_hash(store: Store, content_hash: str) -> int | None:
+    with store.reading() as conn:
+        return _find(conn, content_hash)
 
-    The hash is checked again inside the transaction, so two processes ingesting one file store it once.
-    """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        existing = find_by_hash(conn, content_hash)
+
+def _find(conn: Connection, content_hash: str) -> int | None:
+    return conn.execute(select(t.snapshots.c.id).where(t.snapshots.c.content_hash == content_hash)).scalar()
+
+
+def write_snapshot(store: Store, record: SnapshotRecord) -> tuple[int, bool]:
+    """Store `record` in one transaction: (snapshot id, True if new). On any error the store is unchanged."""
+    with store.writing() as conn:
+        if not store.is_sqlite:  # two writers of one file: the second waits here, then finds the first's
+            conn.execute(select(func.pg_advisory_xact_lock(_lock_key(record.content_hash))))
+        existing = _find(conn, record.content_hash)
         if existing is not None:
-            conn.execute("ROLLBACK")
             return existing, False
-        sid = _insert_snapshot(conn, analysis, summary, content_hash, file_size)
-        _insert_stacks(conn, sid, analysis.snapshot)
-        for device in analysis.snapshot.devices():
-            _insert_device(conn, sid, analysis.snapshot, analysis.replays[device])
-        conn.execute("COMMIT")
+        sid = _insert_snapshot(conn, record)
+        _insert_stacks(conn, sid, record.frames, record.stacks)
+        for device in record.devices:
+            _insert_device(conn, sid, device)
         return sid, True
-    except BaseException:
-        if conn.in_transaction:  # SQLite may have rolled back already (a full disk): keep the first error
-            conn.execute("ROLLBACK")
-        raise
 
 
-def _insert_snapshot(conn: sqlite3.Connection, analysis: Analysis, summary: Summary, content_hash: str,
-                     file_size: int) -> int:
-    snap = analysis.snapshot
-    cur = conn.execute(
-        "INSERT INTO snapshots (name, content_hash, file_size, added_at, format, warnings, allocator_settings, "
-        "external_annotations, strings, provenance, summary) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (snap.source, content_hash, file_size, datetime.now(timezone.utc).isoformat(timespec="seconds"),
-         json.dumps(snap.format.as_dict()), json.dumps(analysis.warnings), _json_or_none(snap.allocator_settings),
-         _json_or_none(snap.external_annotations), json.dumps(list(snap.strings)),
-         _json_or_none(snap.provenance), summary.to_json()))
-    return int(cur.lastrowid)
+def _lock_key(content_hash: str) -> int:
+    return int.from_bytes(hashlib.sha1(content_hash.encode()).digest()[:8], "big", signed=True)
 
 
-def _json_or_none(value) -> str | None:
+def _insert_snapshot(conn: Connection, r: SnapshotRecord) -> int:
+    values = dict(name=r.name, content_hash=r.content_hash, file_size=r.file_size,
+                  added_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), format=json.dumps(r.format),
+                  warnings=json.dumps(r.warnings), allocator_settings=_json_or_none(r.allocator_settings),
+                  external_annotations=_json_or_none(r.external_annotations), strings=json.dumps(list(r.strings)),
+                  provenance=_json_or_none(r.provenance), summary=r.summary.to_json())
+    return int(conn.execute(t.snapshots.insert().values(**values).returning(t.snapshots.c.id)).scalar_one())
+
+
+def _json_or_none(value: Any) -> str | None:
     return None if value is None else json.dumps(value, default=str)
 
 
-def _insert_stacks(conn: sqlite3.Connection, sid: int, snap: Snapshot) -> None:
-    frame_ids = []
-    for f in snap.frames:
-        conn.execute("INSERT OR IGNORE INTO frames (filename, line, name) VALUES (?, ?, ?)",
-                     (f.filename, f.line, f.name))
-        frame_ids.append(conn.execute("SELECT id FROM frames WHERE filename = ? AND line = ? AND name = ?",
-                                      (f.filename, f.line, f.name)).fetchone()[0])
-    rows = []
-    for local, stack in enumerate(snap.stacks):
-        blob = np.array([frame_ids[i] for i in stack], np.int64).tobytes()
-        digest = hashlib.sha1(blob).digest()
-        conn.execute("INSERT OR IGNORE INTO stacks (digest, frame_ids) VALUES (?, ?)", (digest, blob))
-        global_id = conn.execute("SELECT id FROM stacks WHERE digest = ?", (digest,)).fetchone()[0]
-        rows.append((sid, local, global_id))
-    conn.executemany("INSERT INTO snapshot_stacks VALUES (?, ?, ?)", rows)
+def _insert_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
+    """Insert rows, skipping those whose unique key is present (in one order, so writers never deadlock)."""
+    insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
+    for lo in range(0, len(rows), BATCH):
+        conn.execute(insert.on_conflict_do_nothing(), rows[lo:lo + BATCH])
 
 
-def _insert_device(conn: sqlite3.Connection, sid: int, snap: Snapshot, replay: DeviceReplay) -> None:
-    device, trace = replay.device, replay.trace
-    conn.execute("INSERT INTO devices VALUES (?, ?, ?, ?, ?, ?, ?)",
-                 (sid, device, len(trace), json.dumps(list(trace.action_names)), replay.pre_trace_blocks,
-                  replay.pre_trace_segments, json.dumps(replay.warnings)))
-    _insert_final_state(conn, sid, snap, device)
-    conn.executemany("INSERT INTO trace_chunks VALUES (?, ?, ?, ?)",
-                     ((sid, device, c, blob) for c, blob in _trace_chunks(trace, replay.block_size)))
-    conn.executemany("INSERT INTO series_chunks VALUES (?, ?, ?, ?)",
-                     ((sid, device, c, blob) for c, blob in _series_chunks(replay.series)))
-    figures = per_event(replay.series, trace.time_us)
-    conn.executemany("INSERT INTO series_lod VALUES (?, ?, ?, ?)",
-                     ((sid, device, b, encode_columns(summarise(figures, b)))
-                      for b in bucket_sizes(len(figures["reserved"]))))
-    conn.executemany("INSERT INTO checkpoints VALUES (?, ?, ?, ?)",
-                     ((sid, device, event, encode_columns(cols)) for event, cols in replay.checkpoints.items()))
-    conn.execute("INSERT INTO allocations VALUES (?, ?, ?)",
-                 (sid, device, encode_columns(replay.lifetimes().columns())))
+def _insert_stacks(conn: Connection, sid: int, frames: tuple[Frame, ...],
+                   stacks: tuple[tuple[int, ...], ...]) -> None:
+    frame_ids = _frame_ids(conn, frames)
+    blobs = [np.array([frame_ids[i] for i in stack], np.int64).tobytes() for stack in stacks]
+    digests = [hashlib.sha1(blob).digest() for blob in blobs]
+    unique = dict(sorted(zip(digests, blobs)))
+    _insert_ignore(conn, t.stacks, [{"digest": d, "frame_ids": b} for d, b in unique.items()])
+    ids = _ids_by(conn, t.stacks, t.stacks.c.digest, list(unique))
+    rows = [{"snapshot_id": sid, "local_id": local, "stack_id": ids[d]} for local, d in enumerate(digests)]
+    for lo in range(0, len(rows), BATCH):
+        conn.execute(t.snapshot_stacks.insert(), rows[lo:lo + BATCH])
 
 
-def _insert_final_state(conn: sqlite3.Connection, sid: int, snap: Snapshot, device: int) -> None:
+def _frame_ids(conn: Connection, frames: tuple[Frame, ...]) -> list[int]:
+    keys = sorted({(f.filename, f.line, f.name) for f in frames})
+    _insert_ignore(conn, t.frames, [{"filename": a, "line": b, "name": c} for a, b, c in keys])
+    c = t.frames.c
+    ids: dict[tuple, int] = {}
+    for lo in range(0, len(keys), LOOKUP):
+        part = keys[lo:lo + LOOKUP]
+        q = select(c.id, c.filename, c.line, c.name).where(tuple_(c.filename, c.line, c.name).in_(part))
+        ids.update({(f, line, name): fid for fid, f, line, name in conn.execute(q)})
+    return [ids[(f.filename, f.line, f.name)] for f in frames]
+
+
+def _ids_by(conn: Connection, table: Table, key, values: list) -> dict[Any, int]:
+    out: dict[Any, int] = {}
+    for lo in range(0, len(values), LOOKUP):
+        out.update({k: i for i, k in conn.execute(select(table.c.id, key).where(key.in_(values[lo:lo + LOOKUP])))})
+    return out
+
+
+def _insert_device(conn: Connection, sid: int, d: DeviceRecord) -> None:
+    conn.execute(t.devices.insert().values(
+        snapshot_id=sid, device=d.device, trace_events=d.trace_events, action_names=json.dumps(list(d.action_names)),
+        pre_trace_blocks=d.pre_trace_blocks, pre_trace_segments=d.pre_trace_segments, warnings=json.dumps(d.warnings)))
+    _insert_final_state(conn, sid, d)
+    key = {"snapshot_id": sid, "device": d.device}
+    _insert_blobs(conn, t.trace_chunks, ({**key, "chunk": c, "data": b} for c, b in enumerate(d.trace_chunks)))
+    _insert_blobs(conn, t.series_chunks, ({**key, "chunk": c, "data": b} for c, b in enumerate(d.series_chunks)))
+    _insert_blobs(conn, t.series_lod, ({**key, "bucket": k, "data": b} for k, b in d.series_lod))
+    _insert_blobs(conn, t.checkpoints, ({**key, "event": e, "data": b} for e, b in d.checkpoints))
+    conn.execute(t.allocations.insert().values(**key, data=d.allocations()))
+
+
+def _insert_blobs(conn: Connection, table: Table, rows: Iterable[dict[str, Any]]) -> None:
+    """Blob rows a few at a time: the encoded chunks of a large trace never all sit in memory at once."""
+    for batch in _batches(rows, 16):
+        conn.execute(table.insert(), batch)
+
+
+def _batches(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _insert_final_state(conn: Connection, sid: int, d: DeviceRecord) -> None:
     seg_rows, block_rows = [], []
-    for so, s in enumerate(snap.segments_of(device)):
+    for so, s in enumerate(d.segments):
         pa, pb = s.pool_id if s.pool_id else (None, None)
-        exp = None if s.is_expandable is None else int(s.is_expandable)
-        seg_rows.append((sid, device, so, s.address, s.total_size, s.stream, s.pool, pa, pb, exp, s.stack))
-        block_rows.extend((sid, device, so, bo, b.address, b.size, b.requested_size, b.state.value, b.stack)
+        seg_rows.append(dict(snapshot_id=sid, device=d.device, ord=so, address=s.address, total_size=s.total_size,
+                             stream=s.stream, pool=s.pool, pool_id_a=pa, pool_id_b=pb,
+                             is_expandable=None if s.is_expandable is None else int(s.is_expandable), stack=s.stack))
+        block_rows.extend(dict(snapshot_id=sid, device=d.device, segment_ord=so, ord=bo, address=b.address,
+                               size=b.size, requested_size=b.requested_size, state=b.state.value, stack=b.stack)
                           for bo, b in enumerate(s.blocks))
-    conn.executemany("INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", seg_rows)
-    conn.executemany("INSERT INTO blocks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", block_rows)
+    for table, rows in ((t.segments, seg_rows), (t.blocks, block_rows)):
+        for lo in range(0, len(rows), BATCH):
+            conn.execute(table.insert(), rows[lo:lo + BATCH])
 
 
-TRACE_COLUMNS = ("action", "addr", "size", "stream", "time_us", "stack", "compile_context", "user_metadata")
-
-
-def _trace_chunks(trace: Trace, block_size: np.ndarray):
-    for c, lo in enumerate(range(0, len(trace), CHUNK_EVENTS)):
-        hi = lo + CHUNK_EVENTS
-        cols = {name: getattr(trace, name)[lo:hi] for name in TRACE_COLUMNS}
-        cols["block_size"] = block_size[lo:hi]
-        yield c, encode_columns(cols)
-
-
-def _series_chunks(series: dict[str, np.ndarray]):
-    n = len(next(iter(series.values())))
-    for c, lo in enumerate(range(0, n, CHUNK_EVENTS)):
-        yield c, encode_columns({k: v[lo:lo + CHUNK_EVENTS] for k, v in series.items()})
-
-
-def add_job_ranks(conn: sqlite3.Connection, job: str, ranks: list[tuple[int, int]]) -> int:
+def add_job_ranks(store: Store, job: str, ranks: list[tuple[int, int]]) -> int:
     """Put snapshots into the job named `job` (made if new) as (rank, snapshot id); a rank given again is
     replaced. Returns the job's id."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("INSERT OR IGNORE INTO jobs (name, created_at) VALUES (?, ?)",
-                     (job, datetime.now(timezone.utc).isoformat(timespec="seconds")))
-        job_id = conn.execute("SELECT id FROM jobs WHERE name = ?", (job,)).fetchone()[0]
-        conn.executemany("INSERT OR REPLACE INTO job_ranks VALUES (?, ?, ?)",
-                         [(job_id, rank, sid) for rank, sid in ranks])
-        conn.execute("COMMIT")
-        return int(job_id)
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
+    with store.writing() as conn:
+        _insert_ignore(conn, t.jobs, [{"name": job, "created_at": datetime.now(timezone.utc).isoformat(
+            timespec="seconds")}])
+        job_id = int(conn.execute(select(t.jobs.c.id).where(t.jobs.c.name == job)).scalar_one())
+        for rank, sid in sorted(ranks):
+            conn.execute(t.job_ranks.delete().where((t.job_ranks.c.job_id == job_id) & (t.job_ranks.c.rank == rank)))
+            conn.execute(t.job_ranks.insert().values(job_id=job_id, rank=rank, snapshot_id=sid))
+        return job_id
+

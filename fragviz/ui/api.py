@@ -24,8 +24,8 @@ from fragviz.ingest import IngestResult, clean_name, ingest_file
 from fragviz.jobs.table import job_figures_of, ranks_csv
 from fragviz.report import report_dict
 from fragviz.settings import setting
-from fragviz.store.reader import StoreReader
-from fragviz.store.schema import connect
+from fragviz.library import Library
+from fragviz.store.engine import Store
 from fragviz.ui.export_api import add_export_routes
 from fragviz.units import format_bytes
 
@@ -47,15 +47,15 @@ class UploadRefused(FragvizError):
 class Writer:
     """The server's one store writer: uploads are ingested one at a time."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, store: Store) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._conn = connect(path)
+        self._store = store
 
     def ingest_file(self, path: str, name: str) -> IngestResult:
         """Ingest a file this server trusts (the bundled samples), in this process."""
         with self._lock:
-            return ingest_file(self._conn, path, name=name)
+            return ingest_file(self._store, path, name=name)
 
     def ingest_upload(self, path: str, name: str) -> IngestResult:
         """Ingest a file someone sent, in a `fragviz ingest` child: a single-threaded process caps its own
@@ -69,8 +69,9 @@ def ingest_in_child(db: str, path: str, name: str) -> IngestResult:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "fragviz", "ingest", path, "--db", db, "--name", name, "--json",
-                           "--no-progress"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    # the store goes by the environment: a server URL's password never shows in the process list
+    proc = subprocess.run([sys.executable, "-m", "fragviz", "ingest", path, "--name", name, "--json", "--no-progress"],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, env={**os.environ, "FRAGVIZ_DB": db})
     try:
         row = json.loads(proc.stdout)[0]
     except (ValueError, IndexError, KeyError):
@@ -251,7 +252,7 @@ def ingest_answer(result: IngestResult) -> tuple[Any, int, dict[str, str]]:
     return jsonify({"id": result.id, "status": result.status}), 201 if result.status == "ingested" else 200, {}
 
 
-def api_blueprint(reader: StoreReader, writer: Writer, uploads: Uploads) -> Blueprint:
+def api_blueprint(reader: Library, writer: Writer, uploads: Uploads) -> Blueprint:
     bp = Blueprint("api", __name__, url_prefix="/api")
 
     @bp.get("/snapshots")
@@ -301,7 +302,7 @@ def api_blueprint(reader: StoreReader, writer: Writer, uploads: Uploads) -> Blue
     return bp
 
 
-def install_api(server: Flask, reader: StoreReader, writer: Writer, uploads: Uploads | None = None) -> None:
+def install_api(server: Flask, reader: Library, writer: Writer, uploads: Uploads | None = None) -> None:
     server.register_blueprint(api_blueprint(reader, writer, uploads or Uploads.from_settings()))
     # Uploads read the raw input themselves (counted against max_upload_size); this bounds every other body.
     server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BODY

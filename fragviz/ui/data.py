@@ -9,14 +9,14 @@ from fragviz.doctor import diagnose
 from fragviz.metrics import StateFigures
 from fragviz.model import BlockState, Frame, Segment
 from fragviz.report import site_label
-from fragviz.store.reader import StoreReader
+from fragviz.library import Library
 from fragviz.ui.usage_data import UsageViews
 
 
 class Views:
     """Read helpers for one store, with small caches for what does not change (stored snapshots are immutable)."""
 
-    def __init__(self, reader: StoreReader) -> None:
+    def __init__(self, reader: Library) -> None:
         self.reader = reader
         self._frames = lru_cache(maxsize=20000)(self._frames_uncached)
         self.analysis = lru_cache(maxsize=4)(reader.load_analysis)

@@ -10,8 +10,8 @@ from dash import Input, Output, State, dcc, html
 from flask import Flask
 
 from fragviz.live.manager import LiveManager
-from fragviz.store.reader import StoreReader
-from fragviz.store.schema import connect
+from fragviz.library import Library
+from fragviz.store.engine import open_store
 from fragviz.ui import ids
 from fragviz.ui.api import Writer, install_api
 from fragviz.ui.data import Views
@@ -25,7 +25,7 @@ ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.ab
 
 @dataclass
 class AppContext:
-    reader: StoreReader
+    reader: Library
     writer: Writer
     views: Views
     live: LiveManager
@@ -38,9 +38,9 @@ def create_app(db_path: str, token: str | None = None, samples: str | None = Non
 
     `host` is the address it will listen on and `allowed_hosts` the other names clients call it by: every
     request must name one of them in its Host header (see guard.py for the rest of the door)."""
-    connect(db_path).close()  # create the store and its schema if needed
-    writer = Writer(db_path)
-    reader = StoreReader(db_path)
+    store = open_store(db_path)  # created, or its schema brought up to date, before anything reads it
+    writer = Writer(db_path, store)
+    reader = Library.open(store)
     if samples and not reader.list_snapshots():
         for path in sorted(glob.glob(os.path.join(samples, "*.pickle.gz"))):
             writer.ingest_file(path, os.path.basename(path))

@@ -11,7 +11,7 @@ from fragviz.model import BlockState, Frame, Segment
 from fragviz.units import format_bytes
 
 if TYPE_CHECKING:
-    from fragviz.store.reader import AnnotationSpan
+    from fragviz.library import AnnotationSpan
 
 # Okabe-Ito: distinguishable with every common colour-vision deficiency.
 COLORS = {"allocated": "#0072B2", "requested": "#56B4E9", "reserved": "#E69F00", "free": "#009E73",

@@ -18,7 +18,7 @@ from fragviz.model import BlockState
 from fragviz.report import site_label
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.frames import is_user_frame
-from fragviz.store.schema import connect
+from fragviz.store.engine import open_store
 from helpers import real
 
 FILES = ("verl_mempools_pending.pickle", "nuggets_nightly_mini.pickle", "hanmin_train_19k.pickle",
@@ -30,7 +30,7 @@ FILES = ("verl_mempools_pending.pickle", "nuggets_nightly_mini.pickle", "hanmin_
 def site(tmp_path_factory):
     """A server over a store holding FILES; .ids maps each file's name to its snapshot id."""
     db = str(tmp_path_factory.mktemp("sites") / "store.sqlite")
-    conn = connect(db)
+    conn = open_store(db)
     ids = {}
     for name in FILES:
         result = ingest_file(conn, real(name), name)

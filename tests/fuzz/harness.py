@@ -134,13 +134,13 @@ class _Checker:
         return out
 
     def fresh_store(self):
-        from fragviz.store.schema import connect
+        from fragviz.store.engine import open_store
 
         for path in self.store_files():
             if os.path.exists(path):
                 os.remove(path)
         shutil.copyfile(self.baseline, self.store_files()[0])
-        return connect(self.store_files()[0])
+        return open_store(self.store_files()[0])
 
     # the run ------------------------------------------------------------------------------------
     def run(self, data: bytes, name: str) -> str:
@@ -459,10 +459,10 @@ class Pool:
 
     def _baseline(self, real_dir: str) -> str:
         from fragviz.ingest import ingest_file
-        from fragviz.store.schema import connect
+        from fragviz.store.engine import open_store
 
         path = os.path.join(self.tmp, "baseline.sqlite")
-        conn = connect(path)
+        conn = open_store(path)
         res = ingest_file(conn, os.path.join(real_dir, BASELINE_SNAPSHOT))
         conn.close()
         if res.status != "ingested" or os.path.exists(path + "-wal"):

@@ -4,8 +4,8 @@ from __future__ import annotations
 from annotated_trace import SPANS_BY_EVENT, T0, annotated_snapshot
 from fragviz.ingest import ingest_file
 from fragviz.snapshot import read_raw
-from fragviz.store.reader import StoreReader, pair_annotations
-from fragviz.store.schema import connect
+from fragviz.library import Library, pair_annotations
+from fragviz.store.engine import open_store
 from helpers import real, write_pickle
 
 
@@ -24,15 +24,15 @@ def test_pairs_match_by_name_and_nest():
     assert pair_annotations([{"stage": "START", "name": "x"}, "junk"], 0) == []  # no time: not placed
 
 
-def ingested(tmp_path, path: str) -> tuple[StoreReader, int]:
+def ingested(tmp_path, path: str) -> tuple[Library, int]:
     db = str(tmp_path / "store.sqlite")
-    conn = connect(db)
+    conn = open_store(db)
     try:
         result = ingest_file(conn, path)
     finally:
         conn.close()
     assert result.id is not None, result.error
-    return StoreReader(db), result.id
+    return Library.open(db), result.id
 
 
 def test_spans_of_a_hand_made_trace(tmp_path):

@@ -42,8 +42,9 @@ import pytest
 import fragviz.ingest
 from fragviz import errors
 from fragviz.ingest import ingest_file
-from fragviz.store.reader import StoreReader
-from fragviz.store.schema import CHUNK_EVENTS, connect
+from fragviz.library import Library
+from fragviz.store.engine import open_store
+from fragviz.replay.stored import CHUNK_EVENTS
 from helpers import REAL
 
 FRAGVIZ = [sys.executable, "-m", "fragviz"]
@@ -128,7 +129,8 @@ def parts_by_hash(conn) -> dict[str, dict[str, int]]:
 
 def check_consistent(db: str) -> dict[str, dict[str, int]]:
     """Open the store as fragviz does and check SQLite's own view of it; its snapshots' parts by hash."""
-    conn = connect(db)
+    open_store(db).close()
+    conn = sqlite3.connect(db)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
@@ -138,17 +140,17 @@ def check_consistent(db: str) -> dict[str, dict[str, int]]:
 
 
 def counts_of(db: str) -> dict[str, int]:
-    conn = connect(db)
+    conn = sqlite3.connect(db)
     try:
         return table_counts(conn)
     finally:
         conn.close()
 
 
-def check_whole(db: str, reader: StoreReader, sid: int) -> None:
+def check_whole(db: str, reader: Library, sid: int) -> None:
     """A snapshot whose parts add up to what its own summary says (for snapshots with no clean twin)."""
     summary = reader.snapshot_row(sid).summary
-    conn = connect(db, readonly=True)
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         rows = dict(conn.execute("SELECT device, trace_events FROM devices WHERE snapshot_id = ?", (sid,)).fetchall())
         assert sorted(rows) == sorted(d.device for d in summary.devices), sid
@@ -188,7 +190,7 @@ def seeded(tmp_path_factory):
 
 def ingest_here(db: str, phase=None) -> None:
     """The killed files ingested again by this process (no interpreter start-up to pay for)."""
-    conn = connect(db)
+    conn = open_store(db)
     try:
         for path in KILLED_FILES:
             result = ingest_file(conn, path, name=path, phase=phase)
@@ -328,7 +330,7 @@ def recorded(db: str, snapshots: str) -> str:
 def check_live_store(db: str, checked: set[int]) -> tuple[int, int]:
     """Integrity, the live tables through LiveReader, every snapshot whole: (attachments, snapshots)."""
     check_consistent(db)
-    reader = StoreReader(db)
+    reader = Library.open(db)
     try:
         attachments = reader.live.attachments()
         for att in attachments:
@@ -390,7 +392,7 @@ def test_an_attach_killed_anywhere_leaves_a_readable_store_and_a_new_attach_reco
     assert proc.wait(DEADLINE) == 0, read(err)
     assert re.search(r"\d+ polls, \d+ snapshots", read(err)), read(err)
     check_live_store(db, checked)
-    reader = StoreReader(db)
+    reader = Library.open(db)
     try:
         last = reader.live.attachments()[0]
         assert last.ended_at is not None and last.pid == job[1].pid
@@ -451,7 +453,7 @@ def clean_full(seeded, tmp_path_factory):
     """What a clean store holds after the full-disk file is ingested into the seeded one: (parts, counts)."""
     db = str(tmp_path_factory.mktemp("clean_full") / "clean.sqlite")
     shutil.copyfile(seeded, db)
-    conn = connect(db)
+    conn = open_store(db)
     try:
         assert ingest_file(conn, FULL_DISK_FILE).status == "ingested"
     finally:

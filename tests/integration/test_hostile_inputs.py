@@ -11,6 +11,7 @@ import os
 import pickle
 import resource
 import sqlite3
+import socket
 import subprocess
 import sys
 
@@ -317,11 +318,25 @@ def test_error_messages_cut_the_bad_value(tmp_path):
 
 # -- wrong words -------------------------------------------------------------------------------------------
 
-def test_a_db_url_is_refused_and_never_becomes_a_folder(tmp_path):
+def test_an_unknown_db_url_is_refused_and_never_becomes_a_folder(tmp_path):
     out = subprocess.run([*FRAGVIZ, "ingest", os.path.join(REAL, "diffusion_tiny.pickle"), "--db",
-                          "postgresql://user:secret@host/db"], capture_output=True, text=True, cwd=tmp_path,
+                          "mysql://user:secret@host/db"], capture_output=True, text=True, cwd=tmp_path,
                          timeout=DEADLINE)
-    assert out.returncode == 2 and "URL" in out.stderr and "secret" not in out.stderr
+    assert out.returncode == 2 and "unknown store URL scheme 'mysql'" in out.stderr and "secret" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_unreachable_server_store_is_one_line_without_its_password(tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = subprocess.run([*FRAGVIZ, "ingest", os.path.join(REAL, "diffusion_tiny.pickle"), "--db",
+                          f"postgresql://user:secret@127.0.0.1:{port}/db"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=DEADLINE)
+    assert out.returncode == 2 and "secret" not in out.stderr
+    assert out.stderr.strip() == (f"fragviz: postgresql://user:***@127.0.0.1:{port}/db: cannot reach the store's "
+                                  "server (Connection refused)")
     assert os.listdir(tmp_path) == []
 
 

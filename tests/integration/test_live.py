@@ -32,8 +32,9 @@ from fragviz.errors import StoreError
 from fragviz.live.protocol import STATS_DEVICE_KEYS
 from fragviz.report import report_dict
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes
-from fragviz.store.reader import StoreReader
-from fragviz.store.schema import SCHEMA_VERSION, connect
+from fragviz.library import Library
+from fragviz.store.engine import open_store
+from fragviz.store.schema import SCHEMA_VERSION
 from helpers import REAL
 
 BIN = os.path.dirname(sys.executable)
@@ -280,7 +281,7 @@ def test_attach_follows_a_job_through_a_kill_and_a_restart(tmp_path):
     assert restarted[3] == f"pid {first.pid} -> {second.pid}"
     assert events(db, "reconnected")[0][3] == f"pid {second.pid}"
 
-    reader = StoreReader(db)
+    reader = Library.open(db)
     try:
         (att,) = reader.live.attachments()
         assert att.pid == second.pid  # ended_at after Ctrl-C: see test_ctrl_c_ends_the_attachment
@@ -349,7 +350,7 @@ def test_an_oom_that_kills_the_job_arrives_in_the_store(tmp_path):
     assert sid is not None
     assert json.loads(detail) == {"0": 1}
     assert f"1 OOM snapshots ({sid})" in attach.stderr()
-    reader = StoreReader(db)
+    reader = Library.open(db)
     try:
         row = {r.id: r for r in reader.list_snapshots()}[sid]
         assert f"pid {job.pid} oom" in row.name
@@ -417,22 +418,23 @@ def test_a_version_1_store_is_migrated_and_keeps_its_snapshot(tmp_path):
     assert before.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'live_%'").fetchone() == (0,)
     before.close()
 
-    conn = connect(copy)
+    open_store(copy).close()
+    conn = sqlite3.connect(copy)
     try:
         assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
-        assert SCHEMA_VERSION == 3
+        assert SCHEMA_VERSION == 4
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert {"live_attachments", "live_samples", "live_events", "live_state"} <= tables
         assert conn.execute("SELECT id, name FROM snapshots").fetchall() == [(1, "cs336silmont_small.pickle")]
         assert conn.execute("SELECT count(*) FROM live_samples").fetchone() == (0,)
     finally:
         conn.close()
-    connect(copy).close()  # opening a migrated store again changes nothing
+    open_store(copy).close()  # opening a migrated store again changes nothing
     out = cli("report", "1", "--db", copy, "--json")
     assert out.returncode == 0, out.stderr
     expected = report_dict(analyze(load_snapshot(SMALL, name="cs336silmont_small.pickle")))
     assert json.loads(out.stdout) == json.loads(json.dumps(expected))
-    reader = StoreReader(copy)
+    reader = Library.open(copy)
     try:
         assert reader.live.attachments() == []
     finally:
@@ -448,7 +450,7 @@ def test_a_store_from_a_newer_fragviz_is_refused_with_one_line(tmp_path):
     raw.close()
     for readonly in (False, True):
         with pytest.raises(StoreError) as err:
-            connect(copy, readonly=readonly).close()
+            open_store(copy, readonly=readonly).close()
         message = str(err.value)
         assert "\n" not in message and "99" in message and copy in message
     out = cli("report", "1", "--db", copy, "--json")
@@ -709,7 +711,7 @@ def test_attach_records_samples_and_periodic_snapshots(jobs, tmp_path):
     assert n_rows >= 1
     assert query(db, "SELECT DISTINCT pid, device, gap FROM live_samples") == [(loop.pid, 0, 0)]
 
-    reader = StoreReader(db)
+    reader = Library.open(db)
     try:
         (att,) = reader.live.attachments()
         assert att.target == f"127.0.0.1:{loop.port}" and att.pid == loop.pid and att.simulated is True
@@ -746,7 +748,7 @@ def test_one_attach_records_several_targets(jobs, tmp_path):
     out = cli("attach", f"127.0.0.1:{hold.port}", f"localhost:{loop.port}", "--db", db, "--interval", "0.2s",
               "--snapshot-every", "1h", "--duration", "3s", timeout=300)
     assert out.returncode == 0, out.stderr
-    reader = StoreReader(db)
+    reader = Library.open(db)
     try:
         atts = {a.target: a for a in reader.live.attachments()}
         assert set(atts) == {f"127.0.0.1:{hold.port}", f"localhost:{loop.port}"}

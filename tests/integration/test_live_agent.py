@@ -15,7 +15,7 @@ import torch
 from fragviz.errors import AgentError
 from fragviz.live import start_agent
 from fragviz.live.poller import AgentClient, TargetPoller
-from fragviz.store.reader import StoreReader
+from fragviz.library import Library
 
 MiB = 2**20
 
@@ -50,7 +50,7 @@ def test_the_poller_records_the_segments_only_when_they_change(agent, tmp_path):
     db = str(tmp_path / "live.sqlite")
     held = torch.empty(8 * MiB, dtype=torch.uint8)
     poller = TargetPoller(db, AgentClient(f"127.0.0.1:{agent.port}", None), 0.05, None, state_every=0.01)
-    reader = StoreReader(db)
+    reader = Library.open(db)
     assert poller.poll_once()
     first = reader.live.state_time(poller.attachment_id, 0)
     time.sleep(0.02)
@@ -102,7 +102,7 @@ def test_a_poller_pointed_at_something_else_records_nothing_and_carries_on(tmp_p
         assert "no fragviz agent answers there" in str(err.value) and "is not a count" in str(err.value)
         poller = TargetPoller(str(tmp_path / "s.sqlite"), AgentClient(target, None), 0.05, None)
         assert poller.poll_once() is False and poller.poll_once() is False
-        assert StoreReader(str(tmp_path / "s.sqlite")).live.samples(poller.attachment_id)["id"] == []
+        assert Library.open(str(tmp_path / "s.sqlite")).live.samples(poller.attachment_id)["id"] == []
     finally:
         server.shutdown()
 

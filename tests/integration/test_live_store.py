@@ -4,8 +4,8 @@ from __future__ import annotations
 import time
 
 from fragviz.store.live import LiveRecorder
-from fragviz.store.reader import StoreReader
-from fragviz.store.schema import connect
+from fragviz.library import Library
+from fragviz.store.engine import open_store
 
 
 def stats(pid: int, reserved: int, t: float) -> dict:
@@ -19,7 +19,7 @@ def stats(pid: int, reserved: int, t: float) -> dict:
 
 def test_samples_events_and_state_round_trip(tmp_path):
     db = str(tmp_path / "live.sqlite")
-    conn = connect(db)
+    conn = open_store(db)
     rec = LiveRecorder(conn)
     aid = rec.open_attachment("127.0.0.1:9400", "cli")
     now = time.time()
@@ -29,7 +29,7 @@ def test_samples_events_and_state_round_trip(tmp_path):
     rec.state(aid, now + 1, [{"device": 1, "address": 4096, "total_size": 2048, "stream": 0, "pool": "large",
                               "pool_id": [0, 0], "is_expandable": False,
                               "blocks": [[4096, 1024, 1000, "active_allocated"], [5120, 1024, 0, "inactive"]]}])
-    reader = StoreReader(db)
+    reader = Library.open(db)
     (att,) = reader.live.attachments()
     assert (att.id, att.pid, att.rank, att.simulated, att.is_live()) == (aid, 12, 3, True, True)
     s = reader.live.samples(aid, device=0)

@@ -20,8 +20,10 @@ from fragviz.report import report_dict
 from fragviz.summaries import summary_of
 from fragviz.snapshot import load_snapshot
 from fragviz.store import writer
-from fragviz.store.reader import StoreReader
-from fragviz.store.schema import CHUNK_EVENTS, SCHEMA_VERSION, connect
+from fragviz.library import Library
+from fragviz.store.engine import open_store
+from fragviz.store.schema import SCHEMA_VERSION
+from fragviz.replay.stored import CHUNK_EVENTS
 from fragviz.synth import synthetic_snapshot
 from helpers import REAL, write_pickle
 
@@ -41,7 +43,7 @@ def counts(db: str) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def real_store(tmp_path_factory):
     db = str(tmp_path_factory.mktemp("store") / "real.sqlite")
-    conn = connect(db)
+    conn = open_store(db)
     ids = {}
     for path in REAL_FILES:
         result = ingest_file(conn, path)
@@ -55,7 +57,7 @@ def real_store(tmp_path_factory):
 def test_report_from_the_store_equals_report_of_the_file(real_store, path):
     db, ids = real_store
     from_file = analyze(load_snapshot(path))
-    from_store = StoreReader(db).load_analysis(ids[path])
+    from_store = Library.open(db).load_analysis(ids[path])
     assert report_dict(from_store) == report_dict(from_file)
     n = max((len(t) for t in from_file.snapshot.traces.values()), default=0)
     for k in sorted({0, n // 3, n // 2, n}):
@@ -67,7 +69,7 @@ def test_report_from_the_store_equals_report_of_the_file(real_store, path):
 def test_reingest_is_a_no_op_that_says_so(real_store):
     db, ids = real_store
     before = counts(db)
-    conn = connect(db)
+    conn = open_store(db)
     result = ingest_file(conn, REAL_FILES[0])
     conn.close()
     assert (result.status, result.id) == ("unchanged", ids[REAL_FILES[0]])
@@ -88,7 +90,7 @@ def test_state_at_any_event_from_the_store(real_store):
     db, ids = real_store
     path = os.path.join(REAL, "cs336kk_ctx128_fullstep.pickle")
     replay = analyze(load_snapshot(path)).replays[0]
-    reader = StoreReader(db)
+    reader = Library.open(db)
     rng = random.Random(3)
     for k in [0, 1, CHUNK_EVENTS - 1, CHUNK_EVENTS, CHUNK_EVENTS + 1] + rng.sample(range(len(replay.trace)), 15):
         segments, figures, event = reader.device_state(ids[path], 0, k)
@@ -99,32 +101,32 @@ def test_state_at_any_event_from_the_store(real_store):
 
 def test_schema_is_versioned(tmp_path):
     db = str(tmp_path / "s.sqlite")
-    connect(db).close()
+    open_store(db).close()
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
     conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
     conn.commit()
     conn.close()
     with pytest.raises(StoreError, match="schema version 99"):
-        connect(db)
+        open_store(db)
     other = str(tmp_path / "other.sqlite")
     c = sqlite3.connect(other)
     c.execute("CREATE TABLE users (id INTEGER)")
     c.commit()
     c.close()
     with pytest.raises(StoreError, match="not a fragviz store"):
-        connect(other)
+        open_store(other)
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"this is not sqlite at all" * 100)
     with pytest.raises(StoreError, match="not a fragviz store"):
-        connect(str(junk))
+        open_store(str(junk))
     with pytest.raises(StoreError, match="no such store"):
-        StoreReader(str(tmp_path / "absent.sqlite"))
+        Library.open(str(tmp_path / "absent.sqlite"))
 
 
 def test_bad_files_store_nothing(tmp_path):
     db = str(tmp_path / "s.sqlite")
-    conn = connect(db)
+    conn = open_store(db)
     assert ingest_file(conn, os.path.join(REAL, "diffusion_tiny.pickle")).status == "ingested"
     before = counts(db)
     bad = [b"", b"\x89PNG\r\n\x1a\n....", pickle.dumps({"segments": [object.__class__]}),
@@ -139,7 +141,7 @@ def test_bad_files_store_nothing(tmp_path):
 
 def test_a_write_that_fails_midway_leaves_the_store_as_it_was(tmp_path, monkeypatch):
     db = str(tmp_path / "s.sqlite")
-    conn = connect(db)
+    conn = open_store(db)
     ingest_file(conn, os.path.join(REAL, "diffusion_tiny.pickle"))
     before = counts(db)
     real_insert = writer._insert_final_state
@@ -160,7 +162,7 @@ def test_killed_ingests_leave_whole_snapshots_or_none(tmp_path):
     events = len(data["device_traces"][0])
     path = write_pickle(str(tmp_path / "big.pickle"), data)
     db = str(tmp_path / "s.sqlite")
-    connect(db).close()
+    open_store(db).close()
     cmd = [sys.executable, "-m", "fragviz.cli", "ingest", path, "--db", db, "--no-progress"]
     for delay in (0.3, 0.8, 1.3, 1.8, 2.4):
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -177,7 +179,7 @@ def _assert_whole(db: str, events: int) -> None:
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
-    reader = StoreReader(db)
+    reader = Library.open(db)
     for row in reader.list_snapshots():
         analysis = reader.load_analysis(row.id)
         n = len(analysis.snapshot.trace_of(0))
@@ -189,7 +191,7 @@ def _assert_whole(db: str, events: int) -> None:
 def test_timeline_markers_and_level_of_detail(real_store):
     db, ids = real_store
     path = os.path.join(REAL, "cs336kk_ctx128_fullstep.pickle")
-    reader = StoreReader(db)
+    reader = Library.open(db)
     snap = load_snapshot(path)
     n = len(snap.trace_of(0))
     markers = reader.markers(ids[path], 0)

@@ -14,8 +14,8 @@ from fragviz.analysis import analyze
 from fragviz.ingest import ingest_file
 from fragviz.report import report_dict
 from fragviz.snapshot import load_snapshot
-from fragviz.store.reader import StoreReader
-from fragviz.store.schema import connect
+from fragviz.library import Library
+from fragviz.store.engine import open_store
 from fragviz.ui.usage_data import UsageViews
 from fragviz.usage.kinds import KINDS
 from helpers import REAL
@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     db = str(tmp_path_factory.mktemp("usage") / "store.sqlite")
-    conn = connect(db)
+    conn = open_store(db)
     ids = {name: ingest_file(conn, os.path.join(REAL, name)).id for name in FILES}
     conn.close()
     return db, ids
@@ -48,7 +48,7 @@ def test_live_allocations_add_up_to_the_replayed_allocated_bytes_in_every_state(
 @pytest.mark.parametrize("name", FILES)
 def test_the_views_by_kind_match_the_report_at_the_end_and_at_the_peak(store, name):
     db, ids = store
-    reader = StoreReader(db)
+    reader = Library.open(db)
     views = UsageViews(reader)
     report = report_dict(reader.load_analysis(ids[name]))
     for device in report["devices"]:
@@ -70,15 +70,15 @@ def test_the_views_by_kind_match_the_report_at_the_end_and_at_the_peak(store, na
 def test_a_store_from_before_the_allocations_table_reads_them_from_the_trace(store, tmp_path):
     db, ids = store
     sid = ids["hanmin_train_19k.pickle"]
-    stored = StoreReader(db).lifetimes(sid, 0)
+    stored = Library.open(db).lifetimes(sid, 0)
     copy = str(tmp_path / "old.sqlite")
-    conn = connect(db)
+    conn = open_store(db)
     conn.execute("VACUUM INTO ?", (copy,))
     conn.close()
-    old = connect(copy)
+    old = open_store(copy)
     old.execute("DELETE FROM allocations")
     old.close()
-    worked_out = StoreReader(copy).lifetimes(sid, 0)
+    worked_out = Library.open(copy).lifetimes(sid, 0)
     for column, values in stored.columns().items():
         assert values.tolist() == getattr(worked_out, column).tolist(), column
 

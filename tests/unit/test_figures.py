@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from fragviz.model import Block, BlockState, Frame, Segment
-from fragviz.store.reader import AnnotationSpan
+from fragviz.library import AnnotationSpan
 from fragviz.ui import figures
 
 MiB = 1024**2

@@ -98,13 +98,13 @@ def main(out: str) -> None:
 
     from fuzz.harness import BASELINE_SNAPSHOT, Failure, _Checker
     from fragviz.ingest import ingest_file
-    from fragviz.store.schema import connect
+    from fragviz.store.engine import open_store
 
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
     os.makedirs(out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="fragviz-findings-")
     baseline = os.path.join(work, "baseline.sqlite")
-    conn = connect(baseline)
+    conn = open_store(baseline)
     real = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE)))), "shared",
                         "real_snapshots")
     ingest_file(conn, os.path.join(real, BASELINE_SNAPSHOT))
