@@ -96,6 +96,8 @@ def register(app, app_ctx) -> None:
     @app.callback(Output(ids.URL, "search", allow_duplicate=True), *compare_align.SIDE_INPUTS,
                   Input(ids.COMPARE_ALIGN, "value"), State(ids.URL, "search"), prevent_initial_call="initial_duplicate")
     def follow_url(a, da, ea, b, db, eb, align, search):
+        if a is None or b is None:
+            return no_update  # half a choice stays as it came: no history entry to step back through
         new_search = make_search(a=a, da=da, ea=ea, b=b, db=db, eb=eb, align=None if align == "event" else align)
         return no_update if new_search == search else new_search
 
