@@ -12,8 +12,8 @@ import pytest
 
 from fragviz.align import AlignmentRefused
 from fragviz.analysis import analyze
+from fragviz.library import Library
 from fragviz.snapshot import load_snapshot
-from fragviz.store.reader import StoreReader
 from fragviz.ui.compare_data import CompareViews
 from fragviz.ui.data import Views
 from helpers import real
@@ -35,7 +35,7 @@ def built(tmp_path_factory):
     for path in (a_path, b_path, real(OTHER_RUN)):
         subprocess.run([sys.executable, "-m", "fragviz", "ingest", "--db", db, path], cwd=ROOT, check=True,
                        capture_output=True)
-    reader = StoreReader(db)
+    reader = Library.open(db)  # what the dashboard reads through
     ids = {os.path.basename(r.name): r.id for r in reader.list_snapshots()}
     yield {"cv": CompareViews(Views(reader)), "a": ids["steps_annotated.pickle"], "b": ids["steps_snapshots.pickle"],
            "c": ids[OTHER_RUN], "a_markers": a_markers, "b_markers": b_markers, "a_path": a_path}
