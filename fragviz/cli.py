@@ -193,16 +193,16 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         raise UsageError("--name goes with one file")
     path = db_path(args.db)
     with new_store_guard(path) as guard:
-        conn = open_store(path)
+        store = open_store(path)
         results = []
         for file in args.files:
             bar = ProgressBar(os.path.basename(file)[:28], enabled=args.progress)
-            result = ingest_file(conn, file, name=args.name or file, phase=bar.set_phase, progress=bar.update)
+            result = ingest_file(store, file, name=args.name or file, phase=bar.set_phase, progress=bar.update)
             bar.close()
             results.append(result)
             if not args.json:
                 _print_ingest_line(result, args.debug_errors)
-        conn.close()
+        store.close()
         guard.keep = any(r.status == "ingested" for r in results)
     if args.json:
         print(json.dumps([r.as_dict() for r in results]))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue as queue_module
-import sqlite3
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -131,13 +130,13 @@ def _ingest_rank(index: int, db: str, path: str) -> IngestResult:
     from fragviz.store.engine import open_store
 
     try:
-        conn = open_store(db)
+        store = open_store(db)
     except FragvizError as exc:
         return IngestResult(path, None, "busy" if isinstance(exc, StoreBusyError) else "store_error", str(exc))
     try:
-        return ingest_file(conn, path, name=path, progress=_reporter(index))
+        return ingest_file(store, path, name=path, progress=_reporter(index))
     finally:
-        conn.close()
+        store.close()
 
 
 def _reporter(index: int):
@@ -164,16 +163,16 @@ def record_job(db: str, name: str, results: list[RankResult]) -> int | None:
     ranks = [(r.rank, r.id) for r in results if r.rank is not None and r.id is not None]
     if not ranks:
         return None
-    conn = open_store(db)
+    store = open_store(db)
     try:
-        return add_job_ranks(conn, name, ranks)
-    except sqlite3.Error as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
-            raise StoreBusyError(f"{db}: the store is busy with another writer; job {name} was not recorded, "
-                                 "run the command again (the ranks are in the store: they come back unchanged)")
-        raise StoreError(f"{db}: job {name} could not be recorded ({exc})") from None
+        return add_job_ranks(store, name, ranks)
+    except StoreBusyError:
+        raise StoreBusyError(f"{store.label}: the store is busy with another writer; job {name} was not recorded, "
+                             "run the command again (the ranks are in the store: they come back unchanged)") from None
+    except StoreError as exc:
+        raise StoreError(f"job {name} could not be recorded: {exc}") from None
     finally:
-        conn.close()
+        store.close()
 
 
 # -- the progress bar ------------------------------------------------------------------------------------------
