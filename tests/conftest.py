@@ -13,3 +13,24 @@ def real_dir() -> str:
     if not os.path.isdir(REAL):
         pytest.fail(f"the real snapshots are missing: expected them in {REAL} (../shared beside the clone)")
     return REAL
+
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh database on the test PostgreSQL server (dropped afterwards)."""
+    from pg import drop_database, new_database
+
+    url = new_database()
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture(params=("sqlite", "postgresql"))
+def store_db(request, tmp_path):
+    """A store for one test, on each engine in turn: a SQLite path or a PostgreSQL URL."""
+    from pg import drop_store_target, new_store_target
+
+    target = new_store_target(request.param, tmp_path)
+    yield target
+    drop_store_target(target)

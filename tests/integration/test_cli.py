@@ -25,8 +25,8 @@ def test_the_console_script_is_installed():
     assert run("--version").stdout.startswith("fragviz ")
 
 
-def test_ingest_prints_a_line_per_file_with_its_id(tmp_path):
-    db = str(tmp_path / "s.sqlite")
+def test_ingest_prints_a_line_per_file_with_its_id(store_db):
+    db = store_db
     out = run("ingest", SMALL, TINY, "--db", db)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
@@ -35,8 +35,8 @@ def test_ingest_prints_a_line_per_file_with_its_id(tmp_path):
     assert again.stdout.strip() == f"{SMALL}: already in the store as snapshot 1 (unchanged)"
 
 
-def test_ingest_json_results_and_exit_status(tmp_path):
-    db = str(tmp_path / "s.sqlite")
+def test_ingest_json_results_and_exit_status(tmp_path, store_db):
+    db = store_db
     evil = tmp_path / "evil.pickle"
     evil.write_bytes(b"cos\nsystem\n(S'true'\ntR.")
     run("ingest", TINY, "--db", db)
@@ -50,7 +50,7 @@ def test_ingest_json_results_and_exit_status(tmp_path):
 
 
 @pytest.mark.parametrize("content", [b"", b"\x89PNG\r\n\x1a\nxxxx", b"\x80\x04\x95\x10"])
-def test_a_bad_file_gets_one_line_exit_2_and_nothing_stored(tmp_path, content):
+def test_a_bad_file_gets_one_line_exit_2_and_nothing_stored(tmp_path, content, store_db):
     db = str(tmp_path / "new" / "s.sqlite")
     bad = tmp_path / "bad.pickle"
     bad.write_bytes(content)
@@ -59,19 +59,19 @@ def test_a_bad_file_gets_one_line_exit_2_and_nothing_stored(tmp_path, content):
     assert out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1 and str(bad) in out.stderr
     assert not os.path.exists(tmp_path / "new")  # a failed ingest into a new path leaves nothing behind
-    db = str(tmp_path / "s.sqlite")
+    db = store_db
     assert run("ingest", os.path.join(REAL, "diffusion_tiny.pickle"), "--db", db).returncode == 0
     assert run("ingest", str(bad), "--db", db).returncode == 2
-    listing = subprocess.run([sys.executable, "-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1])"
-                              ".execute('select count(*) from snapshots').fetchone()[0])", db],
+    listing = subprocess.run([sys.executable, "-c", "import sys; from fragviz.store.engine import open_store; "
+                              "print(open_store(sys.argv[1]).rows('SELECT count(*) FROM snapshots')[0][0])", db],
                              capture_output=True, text=True)
-    assert listing.stdout.strip() == "1"
+    assert listing.stdout.strip() == "1", listing.stderr
     rep = run("report", str(bad))
     assert rep.returncode == 2 and len(rep.stderr.strip().splitlines()) == 1
 
 
-def test_report_json_is_one_object_and_the_store_agrees(tmp_path):
-    db = str(tmp_path / "s.sqlite")
+def test_report_json_is_one_object_and_the_store_agrees(store_db):
+    db = store_db
     run("ingest", SMALL, "--db", db)
     from_file = run("report", SMALL, "--json")
     from_id = run("report", "1", "--db", db, "--json")
@@ -82,8 +82,8 @@ def test_report_json_is_one_object_and_the_store_agrees(tmp_path):
     assert at["devices"][0]["segments"] == 6
 
 
-def test_report_errors_are_one_line(tmp_path):
-    db = str(tmp_path / "s.sqlite")
+def test_report_errors_are_one_line(store_db):
+    db = store_db
     run("ingest", SMALL, "--db", db)
     for args, expected in ((("report", SMALL, "--at", "98"), "out of range"),
                            (("report", "7", "--db", db), "no snapshot with id 7"),

@@ -17,8 +17,8 @@ def stats(pid: int, reserved: int, t: float) -> dict:
             "agent": {"polls": 1, "cpu_seconds": 0.0}}
 
 
-def test_samples_events_and_state_round_trip(tmp_path):
-    db = str(tmp_path / "live.sqlite")
+def test_samples_events_and_state_round_trip(store_db):
+    db = store_db
     conn = open_store(db)
     rec = LiveRecorder(conn)
     aid = rec.open_attachment("127.0.0.1:9400", "cli")
@@ -44,4 +44,5 @@ def test_samples_events_and_state_round_trip(tmp_path):
     assert reader.live.latest_state(aid, 0) is None
     rec.end(aid)
     assert not reader.live.attachment(aid).is_live()
+    reader.close()
     conn.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -72,11 +73,12 @@ def test_a_store_from_before_the_allocations_table_reads_them_from_the_trace(sto
     sid = ids["hanmin_train_19k.pickle"]
     stored = Library.open(db).lifetimes(sid, 0)
     copy = str(tmp_path / "old.sqlite")
-    conn = open_store(db)
+    conn = sqlite3.connect(db)
     conn.execute("VACUUM INTO ?", (copy,))
     conn.close()
-    old = open_store(copy)
+    old = sqlite3.connect(copy)
     old.execute("DELETE FROM allocations")
+    old.commit()
     old.close()
     worked_out = Library.open(copy).lifetimes(sid, 0)
     for column, values in stored.columns().items():

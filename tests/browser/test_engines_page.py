@@ -1,0 +1,46 @@
+"""The dashboard on either store engine: served over a SQLite file and over a PostgreSQL database, the same
+upload lands in the store and the same snapshot page draws the same state."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import Server
+from pg import ENGINES, drop_store_target, new_store_target
+from fragviz.library import Library
+from helpers import REAL
+from test_dashboard import upload, wait_for_plot
+
+SMALL = os.path.join(REAL, "cs336silmont_small.pickle")
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine_server(request, tmp_path_factory):
+    target = new_store_target(request.param, tmp_path_factory.mktemp(request.param))
+    srv = Server(target)
+    yield srv, target
+    srv.stop()
+    drop_store_target(target)
+
+
+def test_an_upload_lands_in_the_store_and_its_page_draws_the_stored_state(page, engine_server):
+    server, target = engine_server
+    upload(page, server, SMALL)
+    library = Library.open(target)
+    try:
+        row = next(r for r in library.list_snapshots() if r.name.endswith("cs336silmont_small.pickle"))
+        n = library.trace_length(row.id, 0)
+        k = n // 2
+        _, figures, _ = library.device_state(row.id, 0, k)
+    finally:
+        library.close()
+    page.goto(f"{server.url}/snapshots/{row.id}?device=0&event={k}")
+    wait_for_plot(page, "timeline")
+    page.wait_for_selector("#segment-map .bars path", timeout=30000)
+    info = page.locator("#event-info").inner_text()
+    assert f"after {k} of {n} events" in info
+    # one row per segment of the stored state at that event
+    page.wait_for_function("document.querySelector('#segment-map .js-plotly-plot').layout.yaxis.categoryarray"
+                           f".length === {figures.segments}")
+    assert page.errors == []
