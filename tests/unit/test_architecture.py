@@ -103,3 +103,34 @@ def test_importing_the_agent_loads_no_ui_and_no_store():
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# The store is a leaf: it stores and fetches records, and knows nothing of how they are made or used.
+STORE_MAY_IMPORT = ("fragviz.store", "fragviz.model", "fragviz.columns", "fragviz.errors", "fragviz.settings",
+                    "fragviz.units")
+
+
+def test_the_store_is_a_leaf():
+    offenders = {}
+    folder = os.path.join(PACKAGE, "store")
+    for f in sorted(os.listdir(folder)):
+        if f.endswith(".py"):
+            fragviz = {n for n in imports_of(os.path.join(folder, f)) if n.split(".")[0] == "fragviz"}
+            bad = {n for n in fragviz if n != "fragviz" and not n.startswith(STORE_MAY_IMPORT)}  # fragviz: __version__
+            if bad:
+                offenders[f] = sorted(bad)
+    assert offenders == {}
+
+
+def test_the_ui_reads_through_the_library_not_the_store():
+    """Pages and callbacks never open a connection: the UI reads through fragviz.library (which composes the
+    store's records and the replay); only the app factory and the API's writer open the store itself."""
+    offenders = {}
+    for folder, _, files in os.walk(os.path.join(PACKAGE, "ui")):
+        for f in files:
+            if f.endswith(".py") and f not in ("factory.py", "api.py"):
+                bad = {n for n in imports_of(os.path.join(folder, f))
+                       if n.startswith(("fragviz.store.engine", "fragviz.store.writer", "sqlalchemy", "sqlite3"))}
+                if bad:
+                    offenders[f] = sorted(bad)
+    assert offenders == {}
