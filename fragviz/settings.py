@@ -107,7 +107,7 @@ def _data_home() -> str:
 
 SETTINGS = {
     s.name: s for s in (
-        Setting("db", _data_home(), "the timeline store: a SQLite file path"),
+        Setting("db", _data_home(), "the timeline store: a SQLite file path or a postgresql:// URL"),
         # Input limits (fragviz.limits): each bounds what one snapshot file may cost.
         Setting("max_file_size", "8GiB", "largest snapshot file read, compressed or not", "size"),
         Setting("max_inflated_size", "16GiB", "largest size a compressed snapshot may inflate to", "size"),
@@ -150,8 +150,12 @@ def setting(name: str, override: str | None = None) -> float | int | str:
 
 
 def describe() -> list[tuple[str, str, str, str]]:
-    """(name, value, where it came from, help) for every setting."""
-    return [(s.name, *s.raw(), s.help) for s in SETTINGS.values()]
+    """(name, value, where it came from, help) for every setting; a store URL's password shows as ***."""
+    rows = []
+    for s in SETTINGS.values():
+        value, origin = s.raw()
+        rows.append((s.name, redact_url(value) if s.name == "db" and _URL.match(value) else value, origin, s.help))
+    return rows
 
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

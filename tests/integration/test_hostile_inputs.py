@@ -370,3 +370,10 @@ def test_an_internal_error_is_exit_1_with_one_line_and_the_traceback_behind_debu
     assert err.count("\n") == 1 and "internal error" in err and "--debug" in err
     assert cli.main(["report", path, "--debug"]) == 1
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_limits_never_show_a_store_urls_password():
+    for args in (("limits",), ("limits", "--json")):
+        out = fragviz(*args, env={"FRAGVIZ_DB": "postgresql://team:hunter2@db.internal:5432/fragviz"})
+        assert out.returncode == 0 and "hunter2" not in out.stdout
+        assert "postgresql://team:***@db.internal:5432/fragviz" in out.stdout
