@@ -23,11 +23,12 @@ class _Full(Exception):
 
 
 class _Workload:
-    def __init__(self, rng: random.Random, n_stacks: int, depth: int, limit: int) -> None:
+    def __init__(self, rng: random.Random, n_stacks: int, depth: int, limit: int,
+                 stack_rng: random.Random | None = None) -> None:
         self.rng = rng
         self.alloc = DeviceAllocator(DEFAULT_SETTINGS)
         self.limit = limit
-        self.stacks = _stacks(rng, n_stacks, depth)
+        self.stacks = _stacks(stack_rng or rng, n_stacks, depth)
 
     def _check(self) -> None:
         if len(self.alloc.trace) >= self.limit:
@@ -52,10 +53,12 @@ def _stacks(rng: random.Random, n_stacks: int, depth: int) -> list[list[dict]]:
 
 
 def synthetic_snapshot(n_events: int, seed: int = 0, with_frames: bool = True, n_stacks: int = 400,
-                       depth: int = 12, params: int = 200) -> dict[str, Any]:
-    """A consistent snapshot dict with `n_events` trace events (or one more) on device 0."""
+                       depth: int = 12, params: int = 200, stack_seed: int | None = None) -> dict[str, Any]:
+    """A consistent snapshot dict with `n_events` trace events (or one more) on device 0. `stack_seed` draws
+    the call stacks apart from the workload (default: from `seed`): the ranks of one job run the same code, so
+    they share their stacks and frames."""
     rng = random.Random(seed)
-    w = _Workload(rng, n_stacks, depth, n_events)
+    w = _Workload(rng, n_stacks, depth, n_events, None if stack_seed is None else random.Random(stack_seed))
     pinned: list = []
     try:
         for _ in range(params):
