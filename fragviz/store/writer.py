@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator
 
 import numpy as np
-from sqlalchemy import Connection, Table, func, select, tuple_
+from sqlalchemy import Connection, Table, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from fragviz.model import Frame
@@ -77,24 +77,42 @@ def _insert_stacks(conn: Connection, sid: int, frames: tuple[Frame, ...],
     frame_ids = _frame_ids(conn, frames)
     blobs = [np.array([frame_ids[i] for i in stack], np.int64).tobytes() for stack in stacks]
     digests = [hashlib.sha1(blob).digest() for blob in blobs]
-    unique = dict(sorted(zip(digests, blobs)))
-    _insert_ignore(conn, t.stacks, [{"digest": d, "frame_ids": b} for d, b in unique.items()])
-    ids = _ids_by(conn, t.stacks, t.stacks.c.digest, list(unique))
+    ids = _stack_ids(conn, dict(sorted(zip(digests, blobs))))
     rows = [{"snapshot_id": sid, "local_id": local, "stack_id": ids[d]} for local, d in enumerate(digests)]
     for lo in range(0, len(rows), BATCH):
         conn.execute(t.snapshot_stacks.insert(), rows[lo:lo + BATCH])
 
 
 def _frame_ids(conn: Connection, frames: tuple[Frame, ...]) -> list[int]:
-    keys = sorted({(f.filename, f.line, f.name) for f in frames})
-    _insert_ignore(conn, t.frames, [{"filename": a, "line": b, "name": c} for a, b, c in keys])
-    c = t.frames.c
-    ids: dict[tuple, int] = {}
-    for lo in range(0, len(keys), LOOKUP):
-        part = keys[lo:lo + LOOKUP]
-        q = select(c.id, c.filename, c.line, c.name).where(tuple_(c.filename, c.line, c.name).in_(part))
-        ids.update({(f, line, name): fid for fid, f, line, name in conn.execute(q)})
+    """The store's id of each frame, inserting those it lacks. Frames present already (the usual case: the
+    ranks of a job run the same code) are only read, so concurrent writers seldom wait on each other."""
+    ids = _frames_of_files(conn, {f.filename for f in frames})
+    missing = sorted({(f.filename, f.line, f.name) for f in frames} - ids.keys())
+    if missing:
+        _insert_ignore(conn, t.frames, [{"filename": a, "line": b, "name": c} for a, b, c in missing])
+        ids.update(_frames_of_files(conn, {a for a, _, _ in missing}))
     return [ids[(f.filename, f.line, f.name)] for f in frames]
+
+
+def _frames_of_files(conn: Connection, files: set[str]) -> dict[tuple[str, int, str], int]:
+    """Every stored frame of these source files by (file, line, name): an index range per file."""
+    c = t.frames.c
+    wanted = sorted(files)
+    out: dict[tuple[str, int, str], int] = {}
+    for lo in range(0, len(wanted), LOOKUP):
+        q = select(c.id, c.filename, c.line, c.name).where(c.filename.in_(wanted[lo:lo + LOOKUP]))
+        out.update({(f, line, name): fid for fid, f, line, name in conn.execute(q)})
+    return out
+
+
+def _stack_ids(conn: Connection, blobs: dict[bytes, bytes]) -> dict[bytes, int]:
+    """The store's id of each stack (by digest), inserting those it lacks."""
+    ids = _ids_by(conn, t.stacks, t.stacks.c.digest, list(blobs))
+    missing = [d for d in blobs if d not in ids]
+    if missing:
+        _insert_ignore(conn, t.stacks, [{"digest": d, "frame_ids": blobs[d]} for d in missing])
+        ids.update(_ids_by(conn, t.stacks, t.stacks.c.digest, missing))
+    return ids
 
 
 def _ids_by(conn: Connection, table: Table, key, values: list) -> dict[Any, int]:
