@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 from sqlalchemy import Connection, LargeBinary, Table, create_engine, event, inspect, select, text
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from fragviz.errors import StoreBusyError, StoreError
 from fragviz.settings import redact_url, setting
@@ -100,10 +100,9 @@ class Store:
             return StoreError(f"{self.label}: the store cannot grow: the server's disk is full ({words})")
         return StoreError(f"{self.label}: the store failed ({words})")
 
-    def dispose(self) -> None:
+    def close(self) -> None:
+        """Close the engine's pooled connections (the store itself stays as it is)."""
         self.engine.dispose()
-
-    close = dispose
 
 
 class _NoLock:
@@ -123,7 +122,7 @@ def open_store(target: str, readonly: bool = False) -> Store:
     try:
         _ensure_schema(store, readonly)
     except BaseException:
-        store.dispose()
+        store.close()
         raise
     return store
 
@@ -303,5 +302,3 @@ def new_store_guard(target: str) -> Iterator[NewStore]:
         if not guard.existed and not guard.keep:
             guard.discard()
 
-
-__all__ = ["Store", "open_store", "redacted", "is_server_url", "new_store_guard", "SQLAlchemyError"]

@@ -46,7 +46,7 @@ class StoreReader:
         self.live = LiveReader(self.store)
 
     def close(self) -> None:
-        self.store.dispose()
+        self.store.close()
 
     def _rows(self, sql: str, **params: Any) -> list[tuple]:
         with self.store.reading() as conn:
