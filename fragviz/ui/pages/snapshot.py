@@ -242,7 +242,10 @@ def register(app, app_ctx) -> None:
         info = (f"after {event} of {n} events · reserved {fb(fig.reserved_bytes)} · allocated "
                 f"{fb(fig.allocated_bytes)} · cached free {fb(fig.free_bytes)} in {fig.free_blocks} gaps · "
                 f"fragmentation {fig.fragmentation:.1%}" + pools_info(pools, segments))
-        return (no_update if new_search == search or (not search and trigger is None) else new_search,
+        # Only a choice made on the page goes into the URL: the URL itself (loaded, or reached by Back) is never
+        # rewritten, or a URL without an event would gain one and Back would land on the same page again.
+        navigated = trigger in (None, ids.SNAPSHOT_URL)
+        return (no_update if new_search == search or navigated else new_search,
                 seg_map, hist, info, (no_update if typed == event else event),
                 figures.segment_axis_figure(segments, rows))
 
