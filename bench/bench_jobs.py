@@ -22,7 +22,7 @@ The bench makes and drops its own databases.
     python bench/bench_jobs.py [--ranks N] [--events E] [--workers W] [--url POSTGRESQL_URL] [--quick]
 
 --url is a PostgreSQL URL whose role may create databases (default $FRAGVIZ_BENCH_PG, else the local server);
---quick is a small run (8 ranks x 20,000 events, fewer queries) for the test that runs this end to end.
+--quick is a small run (4 ranks x 5,000 events, fewer queries) for the test that runs this end to end.
 """
 from __future__ import annotations
 
@@ -338,10 +338,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--phase-ranks", type=int, default=4, help="ranks ingested in-process to time each phase")
     ap.add_argument("--no-browser", action="store_true", help="skip the job page in Chromium")
-    ap.add_argument("--quick", action="store_true", help="8 ranks x 20,000 events, fewer queries (for the test)")
+    ap.add_argument("--quick", action="store_true", help="4 ranks x 5,000 events, fewer queries (for the test)")
     args = ap.parse_args()
     if args.quick:
-        args.ranks, args.events, args.queries, args.repeats, args.phase_ranks = 8, 20_000, 40, 5, 2
+        args.ranks, args.events, args.queries, args.repeats, args.phase_ranks = 4, 5_000, 20, 3, 1
     where, files = rank_files(args.ranks, args.events)
     size = sum(os.path.getsize(f) for f in files)
     print(f"job: {args.ranks} ranks x {args.events:,} events ({mib(size)} of pickles in {where}); "

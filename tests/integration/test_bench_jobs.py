@@ -35,7 +35,7 @@ def test_bench_jobs_quick_prints_every_figure_and_cleans_up():
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     out, err = proc.communicate(timeout=900)
     assert proc.returncode in (0, 1), err  # 1: a target missed, which the machine's load can cause
-    assert "job: 8 ranks x 20,000 events" in out
+    assert "job: 4 ranks x 5,000 events" in out
     for figure in FIGURES:
         assert figure in out, f"{figure!r} missing from:\n{out}"
     for target in TARGETS:
