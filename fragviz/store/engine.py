@@ -175,9 +175,11 @@ def _ensure_schema(store: Store, readonly: bool) -> None:
                          f"{schema.SCHEMA_VERSION}): upgrade fragviz")
     if have == schema.SCHEMA_VERSION:
         return
-    if readonly and (have is None or (store.is_sqlite and not os.access(store.path, os.W_OK))):
+    if readonly and have is None:
+        raise StoreError(f"{store.label}: no fragviz store here yet (ingest a snapshot into it first)")
+    if readonly and store.is_sqlite and not os.access(store.path, os.W_OK):
         raise StoreError(f"{store.label}: store schema version {have}, this fragviz reads version "
-                         f"{schema.SCHEMA_VERSION}")
+                         f"{schema.SCHEMA_VERSION}, and the file cannot be written to bring it up to date")
     if store.is_sqlite:  # WAL (kept in the file) lets readers read while a writer writes
         raw = store.engine.raw_connection()
         try:

@@ -20,7 +20,7 @@ from fragviz.ingest import ingest_file
 from fragviz.library import Library
 from fragviz.report import report_dict
 from fragviz.store import writer
-from fragviz.store.engine import open_store
+from fragviz.store.engine import open_store, redacted
 from fragviz.store.records import Summary
 from fragviz.store.schema import SCHEMA_VERSION
 from helpers import REAL
@@ -250,3 +250,10 @@ def test_a_database_with_other_tables_is_not_taken_for_a_store(pg_url):
     with pytest.raises(StoreError) as err:
         open_store(pg_url)
     assert "not a fragviz store" in str(err.value)
+
+
+def test_reading_an_empty_database_says_there_is_no_store_yet(pg_url):
+    with pytest.raises(StoreError) as err:
+        Library.open(pg_url)
+    assert str(err.value) == f"{redacted(pg_url)}: no fragviz store here yet (ingest a snapshot into it first)"
+    assert "***" in redacted(pg_url)
