@@ -53,7 +53,7 @@ class Job:
 
 @pytest.fixture
 def live_server(tmp_path):
-    srv = Server(str(tmp_path / "live.sqlite"), samples=False)
+    srv = Server(str(tmp_path / "live.sqlite"), samples=False, log=str(tmp_path / "server.log"))
     yield srv
     srv.stop()
 

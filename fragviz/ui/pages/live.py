@@ -197,10 +197,12 @@ def register(app, app_ctx) -> None:
                   State({"type": ids.LIVE_CHART, "index": ALL}, "id"), prevent_initial_call=True)
     def tick(_, cursors, chart_ids):
         out = [[], [], [], [], []]
-        cursors = dict(cursors or {})
+        # Only the cursors moved here are patched: `panels` may have added a panel's cursor while this tick was
+        # under way, and writing the whole dict back would drop it (that panel's chart would never grow).
+        moved = Patch()
         for cid in chart_ids:
             key = cid["index"]
-            cursor = dict(cursors.get(key) or {})
+            cursor = dict((cursors or {}).get(key) or {})
             if not cursor:
                 for column in out:
                     column.append(no_update)
@@ -208,8 +210,8 @@ def register(app, app_ctx) -> None:
             results = _advance(app_ctx, cursor)
             for column, value in zip(out, results):
                 column.append(value)
-            cursors[key] = cursor
-        return (*out, cursors)
+            moved[key] = cursor
+        return (*out, moved)
 
     @app.callback(Output({"type": ids.LIVE_SAVE_RESULT, "index": MATCH}, "children"),
                   Input({"type": ids.LIVE_SAVE, "index": MATCH}, "n_clicks"), prevent_initial_call=True)
