@@ -59,10 +59,10 @@ def record_of(analysis: Analysis, summary: Summary, content_hash: str, file_size
 def _device_record(snap: Snapshot, replay: DeviceReplay) -> DeviceRecord:
     trace = replay.trace
     figures = per_event(replay.series, trace.time_us)
+    info = DeviceInfo(replay.device, len(trace), tuple(trace.action_names), replay.pre_trace_blocks,
+                      replay.pre_trace_segments, list(replay.warnings))
     return DeviceRecord(
-        device=replay.device, trace_events=len(trace), action_names=tuple(trace.action_names),
-        pre_trace_blocks=replay.pre_trace_blocks, pre_trace_segments=replay.pre_trace_segments,
-        warnings=list(replay.warnings), segments=tuple(snap.segments_of(replay.device)),
+        info=info, segments=tuple(snap.segments_of(replay.device)),
         trace_chunks=_trace_chunks(trace, replay.block_size), series_chunks=_series_chunks(replay.series),
         series_lod=((b, encode_columns(summarise(figures, b))) for b in bucket_sizes(len(figures["reserved"]))),
         checkpoints=((event, encode_columns(cols)) for event, cols in replay.checkpoints.items()),

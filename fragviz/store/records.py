@@ -105,21 +105,31 @@ class Job:
 
 
 @dataclass(frozen=True)
-class DeviceRecord:
-    """What the store keeps of one device of a snapshot. The blobs are columnar (fragviz.columns), made by the
-    replay (fragviz.replay.stored), and may come lazily: each iterable is read once, as it is written."""
+class DeviceInfo:
+    """The devices row of a stored snapshot."""
     device: int
     trace_events: int
     action_names: tuple[str, ...]
     pre_trace_blocks: int
     pre_trace_segments: int
     warnings: list[str]
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """What the store keeps of one device of a snapshot. The blobs are columnar (fragviz.columns), made by the
+    replay (fragviz.replay.stored), and may come lazily: each iterable is read once, as it is written."""
+    info: DeviceInfo  # the devices row
     segments: tuple[Segment, ...]  # the final state as recorded
     trace_chunks: Iterable[bytes]  # CHUNK_EVENTS events each
     series_chunks: Iterable[bytes]  # CHUNK_EVENTS states each
     series_lod: Iterable[tuple[int, bytes]]  # (bucket, min/max per bucket)
     checkpoints: Iterable[tuple[int, bytes]]  # (event, layout after it)
     allocations: Callable[[], bytes]
+
+    @property
+    def device(self) -> int:
+        return self.info.device
 
 
 @dataclass(frozen=True)
@@ -139,13 +149,3 @@ class SnapshotRecord:
     stacks: tuple[tuple[int, ...], ...]  # frame indices, innermost first
     devices: tuple[DeviceRecord, ...]
 
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """The devices row of a stored snapshot."""
-    device: int
-    trace_events: int
-    action_names: tuple[str, ...]
-    pre_trace_blocks: int
-    pre_trace_segments: int
-    warnings: list[str]

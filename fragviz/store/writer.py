@@ -124,8 +124,9 @@ def _ids_by(conn: Connection, table: Table, key, values: list) -> dict[Any, int]
 
 def _insert_device(conn: Connection, sid: int, d: DeviceRecord) -> None:
     conn.execute(t.devices.insert().values(
-        snapshot_id=sid, device=d.device, trace_events=d.trace_events, action_names=json.dumps(list(d.action_names)),
-        pre_trace_blocks=d.pre_trace_blocks, pre_trace_segments=d.pre_trace_segments, warnings=json.dumps(d.warnings)))
+        snapshot_id=sid, device=d.device, trace_events=d.info.trace_events,
+        action_names=json.dumps(list(d.info.action_names)), pre_trace_blocks=d.info.pre_trace_blocks,
+        pre_trace_segments=d.info.pre_trace_segments, warnings=json.dumps(d.info.warnings)))
     _insert_final_state(conn, sid, d)
     key = {"snapshot_id": sid, "device": d.device}
     _insert_blobs(conn, t.trace_chunks, ({**key, "chunk": c, "data": b} for c, b in enumerate(d.trace_chunks)))

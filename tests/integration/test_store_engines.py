@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from sqlalchemy import text
 
 from pg import ENGINES, drop_store_target, new_store_target
 from fragviz.errors import StoreError
@@ -200,8 +201,6 @@ def test_a_version_3_postgresql_store_opens_migrated_with_its_figures(pg_url):
     sid = ingest_file(store, path, name=path).id
     old_summary = report_dict(Library.open(store).load_analysis(sid))
     with store.writing() as conn:
-        from sqlalchemy import text
-
         conn.execute(text("DROP TABLE job_ranks"))
         conn.execute(text("DROP TABLE jobs"))
         conn.execute(text("UPDATE snapshots SET summary = :s"), {"s": json.dumps(old_summary)})
@@ -228,28 +227,25 @@ def _check_migrated(library: Library, old_summary: dict) -> None:
     assert report_dict(analysis)["devices"][0]["reserved_bytes"] == old_summary["devices"][0]["reserved_bytes"]
 
 
-def test_a_newer_postgresql_store_is_refused(pg_url):
+def reopened_after(pg_url: str, *statements: str) -> StoreError:
+    """Make a store at `pg_url`, change it with `statements`, and open it again: the StoreError raised."""
     store = open_store(pg_url)
     with store.writing() as conn:
-        from sqlalchemy import text
-
-        conn.execute(text("UPDATE meta SET value = '99' WHERE key = 'schema_version'"))
+        for sql in statements:
+            conn.execute(text(sql))
     store.close()
     with pytest.raises(StoreError) as err:
         open_store(pg_url)
-    assert "99" in str(err.value) and "fragviz:fragviz@" not in str(err.value) and "***" in str(err.value)
+    return err.value
+
+
+def test_a_newer_postgresql_store_is_refused(pg_url):
+    err = reopened_after(pg_url, "UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    assert "99" in str(err) and "fragviz:fragviz@" not in str(err) and "***" in str(err)
 
 
 def test_a_database_with_other_tables_is_not_taken_for_a_store(pg_url):
-    store = open_store(pg_url)
-    with store.writing() as conn:
-        from sqlalchemy import text
-
-        conn.execute(text("DROP TABLE meta CASCADE"))
-    store.close()
-    with pytest.raises(StoreError) as err:
-        open_store(pg_url)
-    assert "not a fragviz store" in str(err.value)
+    assert "not a fragviz store" in str(reopened_after(pg_url, "DROP TABLE meta CASCADE"))
 
 
 def test_reading_an_empty_database_says_there_is_no_store_yet(pg_url):
