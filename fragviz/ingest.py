@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 from fragviz.analysis import analyze
 from fragviz.errors import FragvizError, StoreBusyError, StoreError
 from fragviz.limits import Limits
-from fragviz.snapshot.loader import content_hash, decode_bytes, read_file
+from fragviz.snapshot.loader import RawSnapshot, content_hash, decode_bytes, decode_file, file_digest
 from fragviz.units import cut
 from fragviz.snapshot.parse import parse_snapshot
 from fragviz.replay.stored import record_of
@@ -60,7 +60,8 @@ def ingest_file(store: Store, path: str, name: str | None = None, phase: PhaseFn
         limits = limits or Limits.current()
     except FragvizError as exc:
         return IngestResult(source, None, "error", str(exc))
-    return _guarded(store, lambda: read_file(path, source, limits), source, phase, progress, limits)
+    return _guarded(store, lambda: file_digest(path, source, limits),
+                    lambda digest: decode_file(path, source, digest, limits), source, phase, progress, limits)
 
 
 def ingest_bytes(store: Store, data: bytes, source: str, phase: PhaseFn | None = None,
@@ -71,14 +72,15 @@ def ingest_bytes(store: Store, data: bytes, source: str, phase: PhaseFn | None =
         limits = limits or Limits.current()
     except FragvizError as exc:
         return IngestResult(source, None, "error", str(exc))
-    return _guarded(store, lambda: data, source, phase, progress, limits)
+    return _guarded(store, lambda: content_hash(data), lambda digest: decode_bytes(data, source, digest, limits),
+                    source, phase, progress, limits)
 
 
-def _guarded(store: Store, read: Callable[[], bytes], source: str, phase: PhaseFn | None,
-             progress: ProgressFn | None, limits: Limits) -> IngestResult:
+def _guarded(store: Store, digest: Callable[[], str], decode: Callable[[str], RawSnapshot], source: str,
+             phase: PhaseFn | None, progress: ProgressFn | None, limits: Limits) -> IngestResult:
     try:
         with gc_paused():
-            return _ingest(store, read, source, phase or (lambda _: None), progress, limits)
+            return _ingest(store, source, digest, decode, phase or (lambda _: None), progress, limits)
     except StoreBusyError:
         return IngestResult(source, None, "busy", f"{source}: the store is busy with another writer; try again")
     except StoreError as exc:  # the store's words name the store; these name the file too
@@ -94,21 +96,19 @@ def _guarded(store: Store, read: Callable[[], bytes], source: str, phase: PhaseF
                             traceback.format_exc())
 
 
-def _ingest(store: Store, read: Callable[[], bytes], source: str, phase: PhaseFn,
+def _ingest(store: Store, source: str, digest_of: Callable[[], str], decode: Callable[[str], RawSnapshot], phase: PhaseFn,
             progress: ProgressFn | None, limits: Limits) -> IngestResult:
     phase("read")
-    data = read()
-    digest = content_hash(data)
+    digest = digest_of()
     existing = find_by_hash(store, digest)
     if existing is not None:
         return IngestResult(source, existing, "unchanged")
     phase("decode")
-    raw = decode_bytes(data, source, digest, limits)
-    del data  # only this frame held the bytes: free them before the parse
+    raw = decode(digest)
     phase("parse")
-    snapshot = parse_snapshot(raw, limits)
     size = raw.file_size
-    del raw  # the plain data is the largest thing in memory: let it go before the replay
+    snapshot = parse_snapshot(raw, limits, consume=True)  # frees the plain data as it goes
+    del raw
     phase("replay")
     analysis = analyze(snapshot, progress)
     phase("store")

@@ -138,28 +138,53 @@ def run_forward(layout: Layout, trace: Trace, block_size: np.ndarray, start: int
     of the device's trace that starts at event `offset`; events are numbered from there.
     """
     stop = len(trace) if stop is None else stop
+    if not record:
+        _apply(layout, trace, block_size, start, stop, offset, None)
+        return ForwardResult({}, block_size, layout)
+    # Figures are recorded only after events that can change them, then filled forward.
+    changed = array("q")
+    out = [array("q") for _ in SERIES]
+    changed.append(start + offset)
+    for column, value in zip(out, (layout.allocated, layout.requested, layout.reserved, layout.n_gaps,
+                                   layout.largest_gap())):
+        column.append(value)
+    lo = start
+    while lo < stop:  # spans between checkpoints, so the event loop itself never asks whether to keep one
+        if on_checkpoint is not None and (lo + offset) % checkpoint_every == 0:
+            on_checkpoint(lo + offset, layout)
+        hi = min(stop, lo + checkpoint_every - (lo + offset) % checkpoint_every)
+        _apply(layout, trace, block_size, lo, hi, offset, (changed, out))
+        lo = hi
+    return ForwardResult(_filled(changed, out, start + offset, stop + offset), block_size, layout)
+
+
+def _apply(layout: Layout, trace: Trace, block_size: np.ndarray, start: int, stop: int, offset: int,
+           record: tuple[array, list[array]] | None) -> None:
+    """The event loop: events [start, stop) applied to `layout`, figures appended to `record` after each
+    event that can change them. The hottest code of ingest: names are bound locally, pending flags set inline."""
     sizes = block_size[start:stop].tolist()
     cols = zip(range(start + offset, stop + offset), trace.action[start:stop].tolist(),
                trace.addr[start:stop].tolist(), trace.size[start:stop].tolist(),
                trace.stream[start:stop].tolist(), trace.stack[start:stop].tolist(), sizes)
-    # Figures are recorded only after events that can change them, then filled forward.
-    changed = array("q")
-    out = [array("q") for _ in SERIES]
-    rec_k, rec_a, rec_r, rec_s, rec_g, rec_l = changed.append, *(o.append for o in out)
-    if record:
-        rec_k(start + offset), rec_a(layout.allocated), rec_r(layout.requested), rec_s(layout.reserved)
-        rec_g(layout.n_gaps), rec_l(layout.largest_gap())
+    blocks, heap, counts, largest_gap = layout.blocks, layout._gap_heap, layout.gap_count, layout.largest_gap
+    add_block, remove_block = layout.add_block, layout.remove_block
+    base = start + offset
+    if record is not None:
+        changed, out = record
+        rec_k, rec_a, rec_r, rec_s, rec_g, rec_l = changed.append, *(o.append for o in out)
     for i, act, addr, size, stream, stack, known in cols:
-        if record and on_checkpoint is not None and i % checkpoint_every == 0:
-            on_checkpoint(i, layout)
         if act == ALLOC:
-            got = layout.add_block(addr, [known, size, False, stack, i, stream], i, known > 0)
+            got = add_block(addr, [known, size, False, stack, i, stream], i, known > 0)
             if not known:
-                block_size[i - offset] = got
+                sizes[i - base] = got
         elif act == FREE_COMPLETED:
-            layout.remove_block(addr, i)
+            remove_block(addr, i)
         elif act == FREE_REQUESTED:
-            layout.set_pending(addr, True, i)
+            rec = blocks.get(addr)
+            if rec is None:
+                layout.mismatch.note("free_request_of_unknown_block", i)
+            else:
+                rec[PENDING] = True
             continue
         elif act == SEGMENT_ALLOC:
             layout.add_segment(Seg(addr, size, stream, pool_of_segment_alloc(size), None, False), i)
@@ -171,8 +196,7 @@ def run_forward(layout: Layout, trace: Trace, block_size: np.ndarray, start: int
             layout.unmap_range(addr, size, i)
         else:
             continue
-        if record:
+        if record is not None:
             rec_k(i + 1), rec_a(layout.allocated), rec_r(layout.requested), rec_s(layout.reserved)
-            rec_g(layout.n_gaps), rec_l(layout.largest_gap())
-    series = _filled(changed, out, start + offset, stop + offset) if record else {}
-    return ForwardResult(series, block_size, layout)
+            rec_g(layout.n_gaps), rec_l(-heap[0] if heap and -heap[0] in counts else largest_gap())
+    block_size[start:stop] = sizes

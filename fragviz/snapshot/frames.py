@@ -1,6 +1,7 @@
 """Frame and stack interning: every distinct frame and every distinct stack is kept once."""
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from fragviz.limits import Limits
@@ -36,6 +37,10 @@ def visible_frames(frames: tuple[Frame, ...] | list[Frame], show_all: bool) -> t
     return tuple(f for f in frames if is_user_frame(f)) or tuple(frames)
 
 
+_FIRST, _LAST = itemgetter(0), itemgetter(-1)
+LIST_CACHE_TRIAL = 1 << 16  # lists looked up by identity before the cache judges whether they are shared
+
+
 class StackInterner:
     """Maps frame lists to stack ids, deduplicating frames and stacks by content.
 
@@ -52,6 +57,10 @@ class StackInterner:
         self._frame_ids: dict[tuple[str, int, str], int] = {}
         self._stack_ids: dict[tuple[int, ...], int] = {}
         self._by_ends: dict[tuple[int, int, int], list[tuple[list, int]]] | None = {}
+        self._first: dict[tuple[int, int, int], tuple[list, int]] = {}  # each key's first bucket entry
+        self._by_list: dict[int, int] | None = {id(None): NO_STACK}  # id of a frames list -> stack id
+        self._list_lookups = 0
+        self._list_hits = 0
         self._lookups = 0
         self._hits = 0
 
@@ -78,12 +87,50 @@ class StackInterner:
         self._remember(key, frames, sid)
         return sid
 
+    def intern_many(self, column: list, where: str) -> list[int]:
+        """The stack ids of a column of frame lists (None or [] where an entry has none), in C-level passes.
+
+        A list met before by identity has its id at once (PyTorch shares one list between an event's free
+        request and completion, some writers one list per stack). That is sound within one parse: every list
+        of a decoded file was alive at once, so no two are at the same address, even after some are freed.
+        The rest are matched by their ends (`intern`'s cache), confirmed in one comparison of the whole column.
+        """
+        by_list = self._by_list
+        if by_list is None:
+            return self._intern_column(column, where)
+        ids = list(map(id, column))
+        out = list(map(by_list.get, ids))
+        todo = [i for i, sid in enumerate(out) if sid is None]
+        found = self._intern_column([column[i] for i in todo] if len(todo) < len(column) else column, where)
+        for i, sid in zip(todo, found):
+            out[i] = sid
+            by_list[ids[i]] = sid
+        self._list_lookups += len(column)
+        self._list_hits += len(column) - len(todo)
+        if self._list_lookups >= LIST_CACHE_TRIAL and self._list_hits * 20 < self._list_lookups:
+            self._by_list = None  # lists are not shared here: stop keeping their ids
+        return out
+
+    def _intern_column(self, column: list, where: str) -> list[int]:
+        if self._by_ends is None:
+            return [self.intern(f, where) for f in column]
+        try:
+            keys: list = list(zip(map(id, map(_FIRST, column)), map(id, map(_LAST, column)), map(len, column)))
+        except (TypeError, KeyError, IndexError):  # an empty stack, or not lists (intern() says what is wrong)
+            return [self.intern(f, where) for f in column]
+        found = list(map(self._first.get, keys))
+        if None not in found and list(map(_FIRST, found)) == column:  # every list is its ends' first stack
+            self._hits += len(column)
+            return list(map(_LAST, found))
+        return [self.intern(f, where) for f in column]
+
     def _remember(self, key: tuple[int, int, int], frames: list, sid: int) -> None:
         self._lookups += 1
         if self._lookups == 20000 and self._hits < 2000:
             self._by_ends = None
             return
         self._by_ends.setdefault(key, []).append((frames, sid))  # type: ignore[union-attr]
+        self._first.setdefault(key, (frames, sid))
 
     def _intern_content(self, frames: list, where: str) -> int:
         return self.intern_keys(self._frame_key(f, where) for f in frames)

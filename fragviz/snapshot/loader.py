@@ -12,11 +12,13 @@ import io
 import json
 import os
 import pickle
+import stat
 import threading
+import tracemalloc
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 try:
     import resource
@@ -25,7 +27,7 @@ except ImportError:  # not on Windows: no cap there
 
 from fragviz.errors import SnapshotFormatError
 from fragviz.limits import Limits
-from fragviz.units import bytes_text, cut
+from fragviz.units import bytes_text, cut, format_bytes
 
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
@@ -84,7 +86,59 @@ def read_raw(path: str, name: str | None = None, limits: Limits | None = None) -
     """Read the file at `path` and decode it to plain data."""
     source = name or path
     limits = limits or Limits.current()
-    return decode_bytes(read_file(path, source, limits), source, limits=limits)
+    return decode_file(path, source, file_digest(path, source, limits), limits)
+
+
+def file_digest(path: str, source: str, limits: Limits) -> str:
+    """The content hash of the file at `path`, read in chunks (the file is not held in memory)."""
+    h = hashlib.sha256()
+    with _opened(path, source) as fh:
+        if not _is_regular(fh):
+            return content_hash(read_file(path, source, limits))
+        _check_size(os.fstat(fh.fileno()).st_size, source, limits)
+        read = 0
+        while chunk := fh.read(_CHUNK):
+            read += len(chunk)
+            if read > limits.max_file_size:  # a file that grew while read
+                raise limits.refuse(source, "max_file_size", f"is over {limits.max_file_size:,} bytes")
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def decode_file(path: str, source: str, digest: str, limits: Limits) -> RawSnapshot:
+    """Decode the file at `path` to plain data. An uncompressed pickle is unpickled as it is read, so the
+    file's bytes are never held next to what they decode to; gzip and JSON are read whole first."""
+    with _opened(path, source) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(2)
+        if not _is_regular(fh) or head == GZIP_MAGIC or head[:1] != b"\x80":
+            fh.close()
+            return decode_bytes(read_file(path, source, limits), source, digest, limits)
+        _check_size(size, source, limits)
+        fh.seek(0)
+        content = _unpickle_file(fh, size, source)
+    return RawSnapshot(source, content, "pickle", None, head[1], digest, size, size)
+
+
+@contextmanager
+def _opened(path: str, source: str) -> Iterator[BinaryIO]:
+    try:
+        fh = open(path, "rb")
+    except IsADirectoryError:
+        raise SnapshotFormatError(source, "is a directory, not a snapshot file") from None
+    except OSError as exc:
+        raise SnapshotFormatError(source, f"cannot be read ({exc.strerror or exc})") from None
+    with fh:
+        yield fh
+
+
+def _is_regular(fh: BinaryIO) -> bool:
+    return stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+
+
+def _check_size(size: int, source: str, limits: Limits) -> None:
+    if size > limits.max_file_size:
+        raise limits.refuse(source, "max_file_size", f"is {size:,} bytes")
 
 
 def read_file(path: str, source: str, limits: Limits) -> bytes:
@@ -144,10 +198,18 @@ def _decode_payload(data: bytes, source: str) -> tuple[Any, str, int | None]:
 
 
 # While a pickle is decoded, the process's address space may grow by this much plus this many times the
-# pickle's size: what a real pickle needs several times over (a bare load takes about 5x), far less than a
-# file that names a huge memo index or counted size makes CPython's C unpickler allocate up front.
+# pickle's size (what a real pickle needs several times over: a bare load takes 3-13x), and never by more
+# than the memory available: far less than a file that names a huge memo index or counted size makes
+# CPython's C unpickler allocate up front, and a MemoryError rather than the kernel's OOM killer.
 UNPICKLE_FLOOR = 512 << 20
 UNPICKLE_FACTOR = 16
+# After the C unpickler runs out of memory, a pickle up to this size is read again by Python's own, which
+# allocates a counted value only as the file holds it (hostile files are small); a larger one needs the memory.
+FALLBACK_MAX = 64 << 20
+# A pickle this many times its size fits in the memory available whatever it holds (real snapshots decode to
+# 3-13x); a larger one has its first SAMPLE_SIZE bytes decoded under tracemalloc to estimate what it needs.
+SURE_FACTOR = 16
+SAMPLE_SIZE = 16 << 20
 
 
 @contextmanager
@@ -158,7 +220,8 @@ def _address_space_cap(payload: int) -> Iterator[None]:
         yield
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = _address_space() + UNPICKLE_FLOOR + UNPICKLE_FACTOR * payload
+    now = _address_space()
+    cap = now + min(UNPICKLE_FLOOR + UNPICKLE_FACTOR * payload, max(UNPICKLE_FLOOR, memory_available()))
     if hard != resource.RLIM_INFINITY:
         cap = min(cap, hard)
     if soft != resource.RLIM_INFINITY and soft <= cap:
@@ -179,27 +242,89 @@ def _address_space() -> int:
         return 0
 
 
+def memory_available() -> int:
+    """Bytes of memory the kernel can give without swapping (MemAvailable); a large figure where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 50
+
+
 def _unpickle(data: bytes, source: str) -> Any:
-    """Decode a pickle with the C unpickler; after a MemoryError, again with Python's own, which reads a
-    counted value before it allocates it (the C one allocates a BINBYTES value, or a memo table, at the size
-    the file declares, so a few bytes can ask for gigabytes; read as declared, such a file is truncated)."""
-    if data[:1] == b"\x80" and (len(data) < 2 or not 0 <= data[1] <= pickle.HIGHEST_PROTOCOL):
-        raise SnapshotFormatError(source, f"uses unknown pickle protocol {data[1] if len(data) > 1 else '(none given)'}")
-    with _address_space_cap(len(data)):
+    _check_protocol(data[:2], source)
+    return _unpickle_file(io.BytesIO(data), len(data), source)
+
+
+def _check_protocol(head: bytes, source: str) -> None:
+    if head[:1] == b"\x80" and (len(head) < 2 or not 0 <= head[1] <= pickle.HIGHEST_PROTOCOL):
+        raise SnapshotFormatError(source, f"uses unknown pickle protocol {head[1] if len(head) > 1 else '(none given)'}")
+
+
+def _unpickle_file(fh: BinaryIO, size: int, source: str) -> Any:
+    """Decode a pickle of `size` bytes with the C unpickler; after a MemoryError, a small one again with
+    Python's own, which reads a counted value before it allocates it (the C one allocates a BINBYTES value,
+    or a memo table, at the size the file declares, so a few bytes can ask for gigabytes; read as declared,
+    such a file is truncated). A large one that does not fit is refused with the memory it needs."""
+    _check_protocol(fh.read(2), source)
+    fh.seek(0)
+    _check_room(fh, size, source)
+    with _address_space_cap(size):
         try:
-            return _load(_RestrictedUnpickler, data, source, "the pickle ends before its STOP opcode")
+            return _load(_RestrictedUnpickler, fh, source, "the pickle ends before its STOP opcode")
         except MemoryError:
             pass
+        if size > FALLBACK_MAX:
+            raise SnapshotFormatError(source, f"needs more memory to decode than the "
+                                              f"{format_bytes(memory_available())} available") from None
+        fh.seek(0)
         try:
-            return _load(_RestrictedPyUnpickler, data, source, "a value is shorter than its declared size")
+            return _load(_RestrictedPyUnpickler, fh, source, "a value is shorter than its declared size")
         except MemoryError:
             raise SnapshotFormatError(source, "needs more memory to unpickle than is available") from None
 
 
-def _load(unpickler: type[pickle.Unpickler], data: bytes, source: str, truncated: str) -> Any:
+def _check_room(fh: BinaryIO, size: int, source: str) -> None:
+    """Refuse, before decoding, a pickle whose decoded form would not fit in the memory available."""
+    available = memory_available()
+    if size * SURE_FACTOR <= available:
+        return
+    need = estimated_memory(fh, size)
+    fh.seek(0)
+    if need > available:
+        raise SnapshotFormatError(source, f"needs about {format_bytes(need)} of memory to decode "
+                                          f"({need / size:.1f}x its {format_bytes(size)}, estimated from its "
+                                          f"first {format_bytes(min(size, SAMPLE_SIZE))}) and "
+                                          f"{format_bytes(available)} is available")
+
+
+def estimated_memory(fh: BinaryIO, size: int) -> int:
+    """What decoding the pickle in `fh` will take: its first SAMPLE_SIZE bytes decoded (to the end of the
+    sample, where the unpickler stops) under tracemalloc, scaled to its size."""
+    sample = fh.read(SAMPLE_SIZE)
+    if len(sample) >= size:
+        return SURE_FACTOR * size
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    try:
+        _RestrictedUnpickler(io.BytesIO(sample)).load()
+    except Exception:  # noqa: BLE001  the sample always ends early (EOFError); a bad file is told by the real decode
+        pass
+    peak = tracemalloc.get_traced_memory()[1]
+    if not was_tracing:
+        tracemalloc.stop()
+    return int(peak / len(sample) * size)
+
+
+def _load(unpickler: type[pickle.Unpickler], fh: BinaryIO, source: str, truncated: str) -> Any:
     """One unpickler's load, every failure but MemoryError said as one line about the file."""
     try:
-        return unpickler(io.BytesIO(data)).load()
+        return unpickler(fh).load()
     except pickle.UnpicklingError as exc:
         msg = cut(str(exc))
         if msg.startswith("refuses"):
