@@ -10,7 +10,8 @@ from fragviz.allocator.config import AllocatorSettings, settings_from_snapshot
 from fragviz.metrics import state_figures
 from fragviz.model import (ALLOC, FREE_COMPLETED, NO_STACK, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
                            SEGMENT_UNMAP, Snapshot, Trace)
-from fragviz.replay import DeviceReplay, replay_device
+from fragviz.replay import DeviceReplay
+from fragviz.replay.parallel import replay_devices
 
 Progress = Callable[[int, int], None]  # (events done, events in all)
 
@@ -32,18 +33,11 @@ class TraceTotals:
     warnings: tuple[str, ...]
 
 
-def analyze(snapshot: Snapshot, progress: Progress | None = None) -> Analysis:
-    """Replay every device of `snapshot` and collect what does not add up."""
+def analyze(snapshot: Snapshot, progress: Progress | None = None, workers: int = 1) -> Analysis:
+    """Replay every device of `snapshot` (in up to `workers` processes) and collect what does not add up."""
     settings = recorded_settings(snapshot)
     total = sum(len(t) for t in snapshot.traces.values()) or 1
-    done = 0
-    replays = {}
-    for device in snapshot.devices():
-        tick = None
-        if progress is not None:
-            tick = (lambda base: lambda event: progress(base + event, total))(done)
-        replays[device] = replay_device(snapshot, device, settings, progress=tick)
-        done += len(snapshot.trace_of(device))
+    replays = replay_devices(snapshot, settings, progress, workers)
     warnings = list(snapshot.warnings)
     if not replays:
         warnings.append("the snapshot is empty: no segments and no trace events (it was taken before anything "

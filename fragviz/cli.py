@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("--workers", type=int, metavar="N", help="with --job: worker processes (default: one per file, "
                      "at most one per CPU)")
     ing.add_argument("--rank", type=int, metavar="N", help="with --job and a single file: its rank")
+    ing.add_argument("--timings", action="store_true", help="print where each file's time went (read, decode, "
+                     "parse, replay, store) and when its first picture was ready, on stderr")
+    ing.add_argument("--progress-file", metavar="PATH", help="append the ingest's progress as JSON lines to PATH "
+                     "(phases, events replayed, the first picture): how the dashboard follows an upload")
     ing.set_defaults(run=_cmd_ingest)
 
     rep = sub.add_parser("report", help="summarise a snapshot file or a stored snapshot")
@@ -181,8 +185,6 @@ def _workload_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from fragviz.ingest import ingest_file
-    from fragviz.progress import ProgressBar
     from fragviz.store.engine import open_store, new_store_guard
 
     if args.job is not None:
@@ -196,9 +198,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         store = open_store(path)
         results = []
         for file in args.files:
-            bar = ProgressBar(os.path.basename(file)[:28], enabled=args.progress)
-            result = ingest_file(store, file, name=args.name or file, phase=bar.set_phase, progress=bar.update)
-            bar.close()
+            result = _ingest_one(store, file, args)
             results.append(result)
             if not args.json:
                 _print_ingest_line(result, args.debug_errors)
@@ -207,6 +207,30 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.as_dict() for r in results]))
     return _worst_status(r.status for r in results)
+
+
+def _ingest_one(store, file: str, args: argparse.Namespace):
+    """One file ingested, its progress drawn on the terminal and told to --progress-file and --timings."""
+    from fragviz.ingest import ingest_file
+    from fragviz.progress import PhaseClock, ProgressBar, ProgressLog
+
+    bar = ProgressBar(os.path.basename(file)[:28], enabled=args.progress)
+    log = ProgressLog(args.progress_file) if args.progress_file else None
+    clock = PhaseClock()
+    phases, updates, previews = [bar.set_phase, clock.phase], [bar.update], [lambda _: clock.picture()]
+    if log is not None:
+        phases.append(log.phase), updates.append(log.update), previews.append(log.preview)
+    try:
+        result = ingest_file(store, file, name=args.name or file, phase=lambda p: [f(p) for f in phases],
+                             progress=lambda d, t: [f(d, t) for f in updates],
+                             preview=lambda v: [f(v) for f in previews])
+    finally:
+        bar.close()
+        if log is not None:
+            log.close()
+    if args.timings:
+        print(f"{result.file}: {clock.summary()}", file=sys.stderr)
+    return result
 
 
 def _cmd_ingest_job(args: argparse.Namespace) -> int:
@@ -461,11 +485,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _analysis_for(target: str, db: str | None):
-    from fragviz.analysis import analyze
-    from fragviz.snapshot import load_snapshot
+    from fragviz.ingest import analyze_file
 
     if os.path.exists(target):
-        return analyze(load_snapshot(target))
+        return analyze_file(target)
     if target.isdigit():
         from fragviz.library import Library
 

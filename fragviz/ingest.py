@@ -2,24 +2,27 @@
 from __future__ import annotations
 
 import gc
+import os
 import re
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from fragviz.analysis import analyze
+from fragviz.analysis import Analysis, analyze
 from fragviz.errors import FragvizError, StoreBusyError, StoreError
 from fragviz.limits import Limits
-from fragviz.snapshot.loader import RawSnapshot, content_hash, decode_bytes, decode_file, file_digest
+from fragviz.snapshot.loader import RawSnapshot, content_hash, decode_bytes, decode_file, file_digest, read_raw
 from fragviz.units import cut
 from fragviz.snapshot.parse import parse_snapshot
+from fragviz.preview import DevicePreview, columns_preview
 from fragviz.replay.stored import record_of
 from fragviz.store.engine import Store
 from fragviz.store.writer import find_by_hash, write_snapshot
 from fragviz.summaries import summary_of
 
 PhaseFn = Callable[[str], None]
+PreviewFn = Callable[[list[DevicePreview]], None]
 MAX_NAME = 255
 # Control characters (CR, LF, NUL...), bidirectional overrides, and lone surrogates: never stored in a name
 _UNSAFE_NAME_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -53,15 +56,18 @@ class IngestResult:
 
 
 def ingest_file(store: Store, path: str, name: str | None = None, phase: PhaseFn | None = None,
-                progress: ProgressFn | None = None, limits: Limits | None = None) -> IngestResult:
-    """Ingest the file at `path`; errors come back as a result, and leave the store as it was."""
+                progress: ProgressFn | None = None, limits: Limits | None = None,
+                preview: PreviewFn | None = None) -> IngestResult:
+    """Ingest the file at `path`; errors come back as a result, and leave the store as it was. `phase` hears
+    each step's name, `progress` the replay's events done, `preview` the first picture as soon as the trace is
+    parsed (fragviz.preview), long before the rest is ready."""
     source = clean_name(name or path)
     try:
         limits = limits or Limits.current()
     except FragvizError as exc:
         return IngestResult(source, None, "error", str(exc))
     return _guarded(store, lambda: file_digest(path, source, limits),
-                    lambda digest: decode_file(path, source, digest, limits), source, phase, progress, limits)
+                    lambda digest: decode_file(path, source, digest, limits), source, phase, progress, limits, preview)
 
 
 def ingest_bytes(store: Store, data: bytes, source: str, phase: PhaseFn | None = None,
@@ -77,10 +83,11 @@ def ingest_bytes(store: Store, data: bytes, source: str, phase: PhaseFn | None =
 
 
 def _guarded(store: Store, digest: Callable[[], str], decode: Callable[[str], RawSnapshot], source: str,
-             phase: PhaseFn | None, progress: ProgressFn | None, limits: Limits) -> IngestResult:
+             phase: PhaseFn | None, progress: ProgressFn | None, limits: Limits,
+             preview: PreviewFn | None = None) -> IngestResult:
     try:
         with gc_paused():
-            return _ingest(store, source, digest, decode, phase or (lambda _: None), progress, limits)
+            return _ingest(store, source, digest, decode, phase or (lambda _: None), progress, limits, preview)
     except StoreBusyError:
         return IngestResult(source, None, "busy", f"{source}: the store is busy with another writer; try again")
     except StoreError as exc:  # the store's words name the store; these name the file too
@@ -96,8 +103,8 @@ def _guarded(store: Store, digest: Callable[[], str], decode: Callable[[str], Ra
                             traceback.format_exc())
 
 
-def _ingest(store: Store, source: str, digest_of: Callable[[], str], decode: Callable[[str], RawSnapshot], phase: PhaseFn,
-            progress: ProgressFn | None, limits: Limits) -> IngestResult:
+def _ingest(store: Store, source: str, digest_of: Callable[[], str], decode: Callable[[str], RawSnapshot],
+            phase: PhaseFn, progress: ProgressFn | None, limits: Limits, preview: PreviewFn | None) -> IngestResult:
     phase("read")
     digest = digest_of()
     existing = find_by_hash(store, digest)
@@ -107,13 +114,25 @@ def _ingest(store: Store, source: str, digest_of: Callable[[], str], decode: Cal
     raw = decode(digest)
     phase("parse")
     size = raw.file_size
-    snapshot = parse_snapshot(raw, limits, consume=True)  # frees the plain data as it goes
+    early = None if preview is None else lambda segments, columns: preview(columns_preview(segments, columns))
+    snapshot = parse_snapshot(raw, limits, consume=True, early=early)  # frees the plain data as it goes
     del raw
     phase("replay")
-    analysis = analyze(snapshot, progress)
+    analysis = analyze(snapshot, progress, workers=os.cpu_count() or 1)
     phase("store")
     sid, new = write_snapshot(store, record_of(analysis, summary_of(analysis), digest, size))
     return IngestResult(source, sid, "ingested" if new else "unchanged")
+
+
+def analyze_file(path: str, name: str | None = None) -> Analysis:
+    """A snapshot file analysed without a store (`fragviz report FILE`, the doctor on a file): ingest's own
+    path up to the replay, so a report is as fast as an ingest and takes no more memory."""
+    limits = Limits.current()
+    with gc_paused():
+        raw = read_raw(path, name, limits)
+        snapshot = parse_snapshot(raw, limits, consume=True)
+        del raw
+        return analyze(snapshot, workers=os.cpu_count() or 1)
 
 
 @contextmanager

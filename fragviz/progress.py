@@ -1,6 +1,7 @@
 """A terminal progress bar for long work, on stderr, drawn only where a person is watching."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import TextIO
@@ -41,3 +42,69 @@ class ProgressBar:
         if self.enabled and self._drawn:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
+
+
+class PhaseClock:
+    """When each phase of an ingest began, and when its first picture was ready: `fragviz ingest --timings`."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.marks: list[tuple[str, float]] = []
+        self.first_picture: float | None = None
+
+    def phase(self, name: str) -> None:
+        self.marks.append((name, time.monotonic()))
+
+    def picture(self) -> None:
+        self.first_picture = time.monotonic()
+
+    def summary(self) -> str:
+        end = time.monotonic()
+        ends = [t for _, t in self.marks[1:]] + [end]
+        parts = [f"{name} {stop - begin:.2f} s" for (name, begin), stop in zip(self.marks, ends)]
+        if self.first_picture is not None:
+            parts.append(f"first picture at {self.first_picture - self.start:.2f} s")
+        return ", ".join(parts) + f"; total {end - self.start:.2f} s"
+
+
+class ProgressLog:
+    """An ingest's progress as JSON lines in a file another process reads (the server, for an upload's page):
+    {"phase": name}, {"done": n, "total": m} at most 5 times a second, and {"preview": [...]} once."""
+
+    def __init__(self, path: str) -> None:
+        self.fh = open(path, "a", encoding="utf-8")
+        self._last = 0.0
+
+    def _write(self, record: dict) -> None:
+        self.fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.fh.flush()
+
+    def phase(self, name: str) -> None:
+        self._write({"phase": name})
+
+    def update(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self._last >= 0.2 or done >= total:
+            self._last = now
+            self._write({"done": done, "total": total})
+
+    def preview(self, devices: list) -> None:
+        self._write({"preview": [d.as_dict() for d in devices]})
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def read_progress(path: str) -> dict:
+    """The state a ProgressLog file tells: the latest phase and count, and the preview once written."""
+    state: dict = {"phase": None, "done": 0, "total": 0, "preview": None}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    state.update(json.loads(line))
+                except ValueError:  # a line being written
+                    break
+    except OSError:
+        pass
+    return state

@@ -243,15 +243,22 @@ def _address_space() -> int:
 
 
 def memory_available() -> int:
-    """Bytes of memory the kernel can give without swapping (MemAvailable); a large figure where unknown."""
+    """Bytes this process can still take: the kernel's MemAvailable (what it gives without swapping), or less
+    where the process's address space is capped (RLIMIT_AS); a large figure where neither is known."""
+    available = 1 << 50
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    available = int(line.split()[1]) * 1024
+                    break
     except (OSError, ValueError, IndexError):
         pass
-    return 1 << 50
+    if resource is not None:
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            available = min(available, max(0, soft - _address_space()))
+    return available
 
 
 def _unpickle(data: bytes, source: str) -> Any:

@@ -77,17 +77,29 @@ class _Context:
         return sid
 
 
-def parse_snapshot(raw: RawSnapshot, limits: Limits | None = None, consume: bool = False) -> Snapshot:
+# Told, once every trace's actions and sizes are read and before the rest: the final segments, and per device
+# its action codes and sizes (fragviz.preview draws the first picture from them).
+EarlyTotals = Callable[[tuple[Segment, ...], dict[int, tuple[np.ndarray, np.ndarray]]], None]
+
+
+def parse_snapshot(raw: RawSnapshot, limits: Limits | None = None, consume: bool = False,
+                   early: EarlyTotals | None = None) -> Snapshot:
     """Check raw data against the snapshot format and build the model; raise SnapshotFormatError if it is none.
 
     With `consume`, trace entries are dropped from `raw.data` as they are read (ingest's memory stays near
-    the decoded data's); the caller must not use `raw.data` afterwards."""
+    the decoded data's); the caller must not use `raw.data` afterwards. `early` hears the totals' inputs
+    (EarlyTotals) after a first pass over the traces."""
     ctx = _Context(raw.source, limits or Limits.current(), raw.payload_size or raw.file_size)
     segments_data, traces_data, settings, annotations = _top_level(raw.data, ctx)
     provenance = _provenance(raw.data, ctx)
     _check_counts(segments_data, traces_data, ctx)
     segments = tuple(_parse_segment(d, i, ctx) for i, d in enumerate(segments_data))
-    traces = {dev: _parse_trace(dev, entries, ctx, consume) for dev, entries in enumerate(traces_data)}
+    readers = [_TraceReader(dev, entries, ctx) for dev, entries in enumerate(traces_data)]
+    for reader in readers:
+        reader.read_totals()
+    if early is not None:
+        early(segments, {r.device: (r.cols.action, r.cols.size) for r in readers})
+    traces = {r.device: r.read_rest(consume) for r in readers}
     _check_devices(segments, traces, ctx)
     _check_totals(segments, traces, ctx)
     fmt = _format_info(raw, ctx, segments_data, traces)
@@ -313,52 +325,70 @@ class _TraceColumns:
         self.stack, self.compile_context, self.user_metadata = (np.empty(n, np.int32) for _ in range(3))
 
 
-def _parse_trace(device: int, entries: list, ctx: _Context, consume: bool = False) -> Trace:
-    n = len(entries)
-    cols = _TraceColumns(n)
-    names = list(ACTIONS)
-    code_of = {a: i for i, a in enumerate(names)}
-    for lo in range(0, n, TRACE_CHUNK):
-        hi = min(n, lo + TRACE_CHUNK)
-        chunk = entries[lo:hi]
-        try:
-            _fill_chunk(cols, lo, chunk, code_of, names, device, ctx)
-        except (KeyError, TypeError, AttributeError, ValueError, OverflowError):
-            _find_bad_entry(device, chunk, lo, ctx)
-            raise ctx.fail(f"device {device}'s trace has entries of the wrong shape")
-        if consume:
-            entries[lo:hi] = repeat(None, hi - lo)  # the entries go; the list keeps its length
-    where = f"device {device}'s trace"
-    trace = Trace(device=device, action=cols.action, addr=cols.addr, size=cols.size, stream=cols.stream,
-                  time_us=cols.time_us, stack=cols.stack, compile_context=cols.compile_context,
-                  user_metadata=cols.user_metadata, action_names=tuple(names))
-    _note_trace_features(trace, ctx)
-    for column, key in ((trace.addr, "addr"), (trace.size, "size")):
-        if len(trace) and column.min() < 0:
-            i = int(np.argmax(column < 0))
-            raise ctx.fail(f"{where} entry {i} has a negative '{key}' ({int(column[i])})")
-    return trace
+class _TraceReader:
+    """One device's trace read in two passes: actions and sizes first (all a first picture needs: see
+    fragviz.preview), then every other field, chunk by chunk, dropping each chunk's entries with `consume`."""
 
+    def __init__(self, device: int, entries: list, ctx: _Context) -> None:
+        self.device, self.entries, self.ctx = device, entries, ctx
+        self.cols = _TraceColumns(len(entries))
+        self.names = list(ACTIONS)
+        self.code_of = {a: i for i, a in enumerate(self.names)}
 
-def _fill_chunk(cols: _TraceColumns, lo: int, chunk: list, code_of: dict, names: list, device: int,
-                ctx: _Context) -> None:
-    """Columns lo.. from `chunk`: maps over the entries (no Python code per entry where fields are present);
-    int64 columns go through array('q'), which takes Python ints in the int64 range and nothing else."""
-    hi = lo + len(chunk)
-    actions = list(map(_ACTION, chunk))
-    codes = list(map(code_of.get, actions))
-    if None in codes:
-        _add_unknown_actions(device, actions, lo, code_of, names, ctx)
-        codes = list(map(code_of.__getitem__, actions))
-    cols.action[lo:hi] = codes
-    cols.addr[lo:hi] = _int64(chunk, _ADDR, lambda e: e["addr"] if "addr" in e else e.get("device_free", 0))
-    cols.size[lo:hi] = _int64(chunk, _SIZE, _SIZE)
-    cols.stream[lo:hi] = _int64(chunk, _STREAM, lambda e: e.get("stream", 0))
-    cols.time_us[lo:hi] = _int64(chunk, _TIME, lambda e: e.get("time_us", NO_TIME))
-    frames = list(map(dict.get, chunk, repeat("frames")))
-    cols.stack[lo:hi] = ctx.interner.intern_many(frames, f"device {device}'s trace")
-    for key, column in (("compile_context", cols.compile_context), ("user_metadata", cols.user_metadata)):
-        column[lo:hi] = _optional_strings(chunk, key, ctx)
+    def _chunks(self, fill: Callable[[int, list], None], consume: bool = False) -> None:
+        entries, n = self.entries, len(self.entries)
+        for lo in range(0, n, TRACE_CHUNK):
+            hi = min(n, lo + TRACE_CHUNK)
+            chunk = entries[lo:hi]
+            try:
+                fill(lo, chunk)
+            except (KeyError, TypeError, AttributeError, ValueError, OverflowError):
+                _find_bad_entry(self.device, chunk, lo, self.ctx)
+                raise self.ctx.fail(f"device {self.device}'s trace has entries of the wrong shape")
+            if consume:
+                entries[lo:hi] = repeat(None, hi - lo)  # the entries go; the list keeps its length
+
+    def read_totals(self) -> None:
+        self._chunks(self._fill_totals)
+        where = f"device {self.device}'s trace"
+        size = self.cols.size
+        if len(size) and size.min() < 0:
+            i = int(np.argmax(size < 0))
+            raise self.ctx.fail(f"{where} entry {i} has a negative 'size' ({int(size[i])})")
+
+    def read_rest(self, consume: bool) -> Trace:
+        self._chunks(self._fill_rest, consume)
+        cols, ctx = self.cols, self.ctx
+        trace = Trace(device=self.device, action=cols.action, addr=cols.addr, size=cols.size, stream=cols.stream,
+                      time_us=cols.time_us, stack=cols.stack, compile_context=cols.compile_context,
+                      user_metadata=cols.user_metadata, action_names=tuple(self.names))
+        _note_trace_features(trace, ctx)
+        if len(trace) and trace.addr.min() < 0:
+            i = int(np.argmax(trace.addr < 0))
+            raise ctx.fail(f"device {self.device}'s trace entry {i} has a negative 'addr' ({int(trace.addr[i])})")
+        return trace
+
+    def _fill_totals(self, lo: int, chunk: list) -> None:
+        """Columns are filled by maps over the entries (no Python code per entry where fields are present);
+        int64 columns go through array('q'), which takes Python ints in the int64 range and nothing else."""
+        hi, cols, code_of = lo + len(chunk), self.cols, self.code_of
+        actions = list(map(_ACTION, chunk))
+        codes = list(map(code_of.get, actions))
+        if None in codes:
+            _add_unknown_actions(self.device, actions, lo, code_of, self.names, self.ctx)
+            codes = list(map(code_of.__getitem__, actions))
+        cols.action[lo:hi] = codes
+        cols.size[lo:hi] = _int64(chunk, _SIZE, _SIZE)
+
+    def _fill_rest(self, lo: int, chunk: list) -> None:
+        hi, cols, ctx = lo + len(chunk), self.cols, self.ctx
+        cols.addr[lo:hi] = _int64(chunk, _ADDR, lambda e: e["addr"] if "addr" in e else e.get("device_free", 0))
+        cols.stream[lo:hi] = _int64(chunk, _STREAM, lambda e: e.get("stream", 0))
+        cols.time_us[lo:hi] = _int64(chunk, _TIME, lambda e: e.get("time_us", NO_TIME))
+        frames = list(map(dict.get, chunk, repeat("frames")))
+        cols.stack[lo:hi] = ctx.interner.intern_many(frames, f"device {self.device}'s trace")
+        for key, column in (("compile_context", cols.compile_context), ("user_metadata", cols.user_metadata)):
+            column[lo:hi] = _optional_strings(chunk, key, ctx)
 
 
 def _add_unknown_actions(device: int, actions: list, lo: int, code_of: dict, names: list, ctx: _Context) -> None:
