@@ -162,8 +162,9 @@ class _Device:
             self.blocks.clear()
 
     def _flush(self, out: StreamPickler) -> None:
+        # Whole requests only (a free request and its completion stay together, and the final segments hold
+        # what the trace did): a device's trace may pass `events` by the few entries of its last request.
         entries, self.alloc.trace = self.alloc.trace, []
-        entries = entries[: self.events - self.written]
         for lo in range(0, len(entries), BATCH):
             parts = [b"("]
             for e in entries[lo:lo + BATCH]:
@@ -223,7 +224,7 @@ def _segments(out: StreamPickler, segments: list[dict]) -> bytes:
 
 
 def write_realshape(path: str, events: int, devices: int = 2, source: str = DEFAULT_SOURCE) -> None:
-    """Write the snapshot (about `events` events in all, split over `devices`) to `path`."""
+    """Write the snapshot (`events` events in all, or a few more, split over `devices`) to `path`."""
     requests = source_requests(source)
     tmp = path + ".tmp"
     with open(tmp, "wb") as fh:

@@ -291,7 +291,8 @@ def _unpickle_file(fh: BinaryIO, size: int, source: str) -> Any:
         try:
             return _load(_RestrictedPyUnpickler, fh, source, "a value is shorter than its declared size")
         except MemoryError:
-            raise SnapshotFormatError(source, "needs more memory to unpickle than is available") from None
+            raise SnapshotFormatError(source, f"needs more memory to decode than the "
+                                              f"{format_bytes(memory_available())} available") from None
 
 
 def _check_room(fh: BinaryIO, size: int, source: str) -> None:
@@ -299,33 +300,35 @@ def _check_room(fh: BinaryIO, size: int, source: str) -> None:
     available = memory_available()
     if size * SURE_FACTOR <= available:
         return
-    need = estimated_memory(fh, size)
+    need, sampled = estimated_memory(fh, size)
     fh.seek(0)
     if need > available:
         raise SnapshotFormatError(source, f"needs about {format_bytes(need)} of memory to decode "
                                           f"({need / size:.1f}x its {format_bytes(size)}, estimated from its "
-                                          f"first {format_bytes(min(size, SAMPLE_SIZE))}) and "
-                                          f"{format_bytes(available)} is available")
+                                          f"first {format_bytes(sampled)}) and {format_bytes(available)} is available")
 
 
-def estimated_memory(fh: BinaryIO, size: int) -> int:
-    """What decoding the pickle in `fh` will take: its first SAMPLE_SIZE bytes decoded (to the end of the
-    sample, where the unpickler stops) under tracemalloc, scaled to its size."""
+def estimated_memory(fh: BinaryIO, size: int) -> tuple[int, int]:
+    """What decoding the pickle in `fh` will take: its first SAMPLE_SIZE bytes decoded under tracemalloc (the
+    unpickler stops where the sample ends, or where memory runs out), scaled from the bytes it read to the size:
+    (the estimate, the bytes it is drawn from)."""
     sample = fh.read(SAMPLE_SIZE)
     if len(sample) >= size:
-        return SURE_FACTOR * size
+        return SURE_FACTOR * size, size
+    stream = io.BytesIO(sample)
     was_tracing = tracemalloc.is_tracing()
     if not was_tracing:
         tracemalloc.start()
     tracemalloc.reset_peak()
     try:
-        _RestrictedUnpickler(io.BytesIO(sample)).load()
-    except Exception:  # noqa: BLE001  the sample always ends early (EOFError); a bad file is told by the real decode
+        _RestrictedUnpickler(stream).load()
+    except Exception:  # noqa: BLE001  the sample always ends early (EOFError, or MemoryError where it is short)
         pass
     peak = tracemalloc.get_traced_memory()[1]
     if not was_tracing:
         tracemalloc.stop()
-    return int(peak / len(sample) * size)
+    read = max(1, stream.tell())
+    return int(peak / read * size), read
 
 
 def _load(unpickler: type[pickle.Unpickler], fh: BinaryIO, source: str, truncated: str) -> Any:

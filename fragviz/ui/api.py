@@ -5,12 +5,18 @@ X-Filename, or the multipart field `file`) are streamed to a temporary file in c
 then ingested from it: the size limit (max_upload_size) is counted as the bytes arrive, at most upload_slots
 are received at once (503 and Retry-After beyond, at once), and a client that goes silent is dropped after
 read_timeout (the server's socket timeout: guard.serve). The temporary file is always removed.
+
+An upload that names itself (X-Upload-Id) can be followed while it is ingested: GET /api/uploads/<id> gives
+its phase, the events replayed and, as soon as the trace is parsed, the first picture (fragviz.preview),
+from the progress file the ingest child writes (fragviz ingest --progress-file).
 """
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager, suppress
 from typing import Any, BinaryIO, Iterator
 from urllib.parse import unquote
@@ -25,6 +31,7 @@ from fragviz.jobs.table import job_figures_of, ranks_csv
 from fragviz.report import report_dict
 from fragviz.settings import setting
 from fragviz.library import Library
+from fragviz.progress import read_progress
 from fragviz.store.engine import Store
 from fragviz.ui.export_api import add_export_routes
 from fragviz.units import format_bytes
@@ -57,27 +64,33 @@ class Writer:
         with self._lock:
             return ingest_file(self._store, path, name=name)
 
-    def ingest_upload(self, path: str, name: str) -> IngestResult:
+    def ingest_upload(self, path: str, name: str, progress_file: str | None = None) -> IngestResult:
         """Ingest a file someone sent, in a `fragviz ingest` child: a single-threaded process caps its own
         address space while it unpickles (fragviz.snapshot.loader), which a threaded server cannot."""
         with self._lock:
-            return ingest_in_child(self.path, path, name)
+            return ingest_in_child(self.path, path, name, progress_file)
 
 
-def ingest_in_child(db: str, path: str, name: str) -> IngestResult:
+def ingest_in_child(db: str, path: str, name: str, progress_file: str | None = None) -> IngestResult:
     import json
     import subprocess
     import sys
 
+    follow = ["--progress-file", progress_file] if progress_file else []
     # the store goes by the environment: a server URL's password never shows in the process list
-    proc = subprocess.run([sys.executable, "-m", "fragviz", "ingest", path, "--name", name, "--json", "--no-progress"],
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL, env={**os.environ, "FRAGVIZ_DB": db})
+    proc = subprocess.run([sys.executable, "-m", "fragviz", "ingest", path, "--name", name, "--json", "--no-progress",
+                           *follow], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "FRAGVIZ_DB": db})
     try:
         row = json.loads(proc.stdout)[0]
     except (ValueError, IndexError, KeyError):
         why = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
         return IngestResult(name, None, "internal_error", f"{name}: the ingest ended without a result ({why[0]})")
     return IngestResult(row["file"], row["id"], row["status"], row["error"])
+
+
+UPLOAD_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
+FINISHED_KEPT = 16
 
 
 class Uploads:
@@ -87,6 +100,39 @@ class Uploads:
         self.max_size = max_size
         self.slots = slots
         self._free = threading.BoundedSemaphore(slots) if slots > 0 else None
+        self._following: dict[str, str] = {}  # upload id -> its ingest's progress file, while it runs
+        self._finished: OrderedDict[str, dict[str, Any]] = OrderedDict()  # the last few uploads' final states
+
+    @contextmanager
+    def followed(self, upload_id: str | None) -> Iterator[str | None]:
+        """A progress file for the upload `upload_id` names (none for an upload without a usable id), readable
+        through `progress` while the block runs, removed after."""
+        if not upload_id or not UPLOAD_ID.fullmatch(upload_id) or upload_id in self._following \
+                or upload_id in self._finished:
+            yield None
+            return
+        fd, path = tempfile.mkstemp(prefix="fragviz-progress-", suffix=".jsonl")
+        os.close(fd)
+        self._following[upload_id] = path
+        try:
+            yield path
+        finally:
+            # the page asks once more after the answer (a small file is done before its first look)
+            self._finished[upload_id] = read_progress(path)
+            while len(self._finished) > FINISHED_KEPT:
+                self._finished.popitem(last=False)
+            self._following.pop(upload_id, None)
+            with suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def progress(self, upload_id: str) -> dict[str, Any]:
+        """An upload's ingest as far as it has come: {"phase", "done", "total", "preview"}."""
+        path = self._following.get(upload_id)
+        if path is not None:
+            return read_progress(path)
+        if upload_id in self._finished:
+            return self._finished[upload_id]
+        raise NotFoundError(f"no upload {upload_id!r} is being ingested")
 
     @classmethod
     def from_settings(cls) -> "Uploads":
@@ -261,8 +307,13 @@ def api_blueprint(reader: Library, writer: Writer, uploads: Uploads) -> Blueprin
 
     @bp.post("/snapshots")
     def upload():
-        with uploads.slot(), uploads.received(request) as (path, name):
-            return ingest_answer(writer.ingest_upload(path, name))
+        with uploads.slot(), uploads.followed(request.headers.get("X-Upload-Id")) as progress_file:
+            with uploads.received(request) as (path, name):
+                return ingest_answer(writer.ingest_upload(path, name, progress_file))
+
+    @bp.get("/uploads/<upload_id>")
+    def upload_progress(upload_id: str):
+        return jsonify(uploads.progress(upload_id))
 
     @bp.get("/snapshots/<int:sid>/report")
     def report(sid: int):
