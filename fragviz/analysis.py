@@ -4,12 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-import numpy as np
-
 from fragviz.allocator.config import AllocatorSettings, settings_from_snapshot
 from fragviz.metrics import state_figures
-from fragviz.model import (ALLOC, FREE_COMPLETED, NO_STACK, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
-                           SEGMENT_UNMAP, Snapshot, Trace)
+from fragviz.model import NO_STACK, SEGMENT_MAP, Snapshot
+from fragviz.preview import (REQUESTED_ADDS, REQUESTED_SUBS, RESERVED_ADDS, RESERVED_SUBS,
+                             running_total)
 from fragviz.replay import DeviceReplay
 from fragviz.replay.parallel import replay_devices
 
@@ -69,9 +68,9 @@ def trace_totals(snapshot: Snapshot, device: int) -> TraceTotals:
     """Requested and reserved bytes at the start of the trace and at their peak while walking it."""
     trace = snapshot.trace_of(device)
     final = state_figures(snapshot.segments_of(device))
-    req_start, req_peak, req_warn = _walk(trace, (ALLOC,), (FREE_COMPLETED,), final.requested_bytes)
-    res_start, res_peak, res_warn = _walk(trace, (SEGMENT_ALLOC, SEGMENT_MAP), (SEGMENT_FREE, SEGMENT_UNMAP),
-                                          final.reserved_bytes)
+    requested, req_warn = running_total(trace.action, trace.size, REQUESTED_ADDS, REQUESTED_SUBS,
+                                        final.requested_bytes)
+    reserved, res_warn = running_total(trace.action, trace.size, RESERVED_ADDS, RESERVED_SUBS, final.reserved_bytes)
     warnings = []
     if req_warn:
         warnings.append(f"device {device}: the trace frees {req_warn} more requested bytes than the final state "
@@ -79,20 +78,8 @@ def trace_totals(snapshot: Snapshot, device: int) -> TraceTotals:
     if res_warn:
         warnings.append(f"device {device}: the trace releases {res_warn} more segment bytes than the final "
                         "segments and its segment allocs explain; start_reserved_bytes is reported as 0")
-    return TraceTotals(req_start, req_peak, res_start, res_peak, tuple(warnings))
-
-
-def _walk(trace: Trace, adds: tuple[int, ...], subs: tuple[int, ...], final: int) -> tuple[int, int, int]:
-    if not len(trace):
-        return final, final, 0
-    delta = np.where(np.isin(trace.action, adds), trace.size, 0) - np.where(np.isin(trace.action, subs),
-                                                                            trace.size, 0)
-    start = final - int(delta.sum())
-    shortfall = 0
-    if start < 0:
-        shortfall, start = -start, 0
-    peak = max(start, start + int(np.cumsum(delta).max()))
-    return start, peak, shortfall
+    return TraceTotals(int(requested[0]), int(requested.max()), int(reserved[0]), int(reserved.max()),
+                       tuple(warnings))
 
 
 def capture_health(snapshot: Snapshot, replay: DeviceReplay) -> list[str]:

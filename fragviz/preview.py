@@ -36,18 +36,25 @@ def totals_over_time(action: np.ndarray, size: np.ndarray, final: list[Segment])
     """Requested and reserved bytes after each event of a device's trace (its action codes and sizes; index 0:
     before the first event), anchored at its final segments (a total the trace cannot explain starts at 0)."""
     figures = state_figures(final)
-    return (_running(action, size, (ALLOC,), (FREE_COMPLETED,), figures.requested_bytes),
-            _running(action, size, (SEGMENT_ALLOC, SEGMENT_MAP), (SEGMENT_FREE, SEGMENT_UNMAP), figures.reserved_bytes))
+    return (running_total(action, size, REQUESTED_ADDS, REQUESTED_SUBS, figures.requested_bytes)[0],
+            running_total(action, size, RESERVED_ADDS, RESERVED_SUBS, figures.reserved_bytes)[0])
 
 
-def _running(action: np.ndarray, size: np.ndarray, adds: tuple[int, ...], subs: tuple[int, ...],
-             final: int) -> np.ndarray:
+REQUESTED_ADDS, REQUESTED_SUBS = (ALLOC,), (FREE_COMPLETED,)
+RESERVED_ADDS, RESERVED_SUBS = (SEGMENT_ALLOC, SEGMENT_MAP), (SEGMENT_FREE, SEGMENT_UNMAP)
+
+
+def running_total(action: np.ndarray, size: np.ndarray, adds: tuple[int, ...], subs: tuple[int, ...],
+                  final: int) -> tuple[np.ndarray, int]:
+    """A total after each event (index 0: before the first), where `adds` actions add their size and `subs`
+    take it away, ending at `final`; and the shortfall: how far below 0 the start would be (it is put at 0)."""
     delta = np.where(np.isin(action, adds), size, 0) - np.where(np.isin(action, subs), size, 0)
     out = np.empty(len(action) + 1, np.int64)
-    out[0] = max(0, final - int(delta.sum()))
+    start = final - int(delta.sum())
+    out[0] = max(0, start)
     np.cumsum(delta, out=out[1:])
     out[1:] += out[0]
-    return out
+    return out, max(0, -start)
 
 
 def device_preview(device: int, action: np.ndarray, size: np.ndarray, final: list[Segment],
