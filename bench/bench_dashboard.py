@@ -56,6 +56,7 @@ def main() -> int:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             first, nav, bands_first, bands_nav = navigation(page, url, args.repeats, not args.no_bands)
             select = selection(page, url, trace_length(db), args.repeats)
+            first_select = first_selections(page, url, trace_length(db), args.repeats)
             zoom = zooming(page, url, args.repeats)
             bands_zoom = [0.0] if args.no_bands else zooming(page, url, args.repeats, graph="allocation-bands")
             upload_s = None if args.no_upload else uploading(browser, upload_url, path)
@@ -66,10 +67,13 @@ def main() -> int:
     rows = [("timeline drawn after navigation (s)", pct(nav, 0.5), pct(nav, 0.95), 1.0),
             ("allocation bands drawn after navigation (s)", pct(bands_nav, 0.5), pct(bands_nav, 0.95), 1.0),
             ("event selected, map and histogram redrawn (s)", pct(select, 0.5), pct(select, 0.95), 0.3),
+            ("first event change after a page load (s)", pct(first_select, 0.5), pct(first_select, 0.95), 0.3),
             ("timeline zoom refined (s)", pct(zoom, 0.5), pct(zoom, 0.95), 0.3),
             ("allocation bands zoom refined (s)", pct(bands_zoom, 0.5), pct(bands_zoom, 0.95), 0.3)]
     ok = True
-    print(f"  first navigation (cold caches): timeline {first:.3f} s, allocation bands {bands_first:.3f} s")
+    print(f"  first navigation (cold caches): timeline {first:.3f} s (target <= 1.0: "
+          f"{'meets' if first <= 1.0 else 'MISSES'}), allocation bands {bands_first:.3f} s")
+    ok &= first <= 1.0
     for name, p50, p95, target in rows if not args.no_bands else [r for r in rows if "bands" not in r[0]]:
         verdict = "meets" if p95 <= target else "MISSES"
         ok &= p95 <= target
@@ -77,8 +81,11 @@ def main() -> int:
     if upload_s is None:
         print(f"  fragviz ingest {ingest_s:.2f} s")
         return 0 if ok else 1
+    picture_s, upload_s = upload_s
     ratio = upload_s / ingest_s
-    ok &= ratio <= 1.5
+    ok &= ratio <= 1.5 and picture_s <= 3.0
+    print(f"  upload through the page: first picture drawn {picture_s:.2f} s after the upload began (target <= 3 s: "
+          f"{'meets' if picture_s <= 3.0 else 'MISSES'}; {picture_s / upload_s:.2f} of the time to ready)")
     print(f"  fragviz ingest {ingest_s:.2f} s; upload through the page until ready to view {upload_s:.2f} s: "
           f"ratio {ratio:.2f} (target <= 1.5: {'meets' if ratio <= 1.5 else 'MISSES'})")
     return 0 if ok else 1
@@ -117,18 +124,33 @@ def selection(page, url: str, events: int, repeats: int) -> list[float]:
     rng = random.Random(2)
     times = []
     for _ in range(repeats):
-        k = rng.randrange(events)
-        page.evaluate("() => { window.__fvDrawn = 0; const p = document.querySelector('#segment-map .js-plotly-plot');"
-                      " p.on('plotly_afterplot', () => { window.__fvDrawn += 1; }); }")
-        start = time.perf_counter()
-        page.fill("#event", str(k))
-        page.press("#event", "Enter")
-        page.wait_for_function(f"document.querySelector('#event-info').innerText.startsWith('after {k} of')",
-                               timeout=30000)
-        page.wait_for_function("window.__fvDrawn > 0", timeout=30000)
-        times.append(time.perf_counter() - start)
+        times.append(_select(page, rng.randrange(events)))
         page.wait_for_timeout(800)  # the rest of the page (sites table, icicle) settles before the next choice
     return times
+
+
+def first_selections(page, url: str, events: int, repeats: int) -> list[float]:
+    """The first event chosen after each fresh load of the page: seconds until its map and histogram are drawn."""
+    rng = random.Random(3)
+    times = []
+    for _ in range(repeats):
+        page.goto(f"{url}/snapshots/1")
+        page.wait_for_selector("#segment-map .bars path", timeout=60000)
+        page.wait_for_timeout(800)  # the page settles (sites table, icicle) as it does before a person clicks
+        times.append(_select(page, rng.randrange(events)))
+    return times
+
+
+def _select(page, k: int) -> float:
+    page.evaluate("() => { window.__fvDrawn = 0; const p = document.querySelector('#segment-map .js-plotly-plot');"
+                  " p.on('plotly_afterplot', () => { window.__fvDrawn += 1; }); }")
+    start = time.perf_counter()
+    page.fill("#event", str(k))
+    page.press("#event", "Enter")
+    page.wait_for_function(f"document.querySelector('#event-info').innerText.startsWith('after {k} of')",
+                           timeout=30000)
+    page.wait_for_function("window.__fvDrawn > 0", timeout=30000)
+    return time.perf_counter() - start
 
 
 # What a graph's data looks like, to see it redrawn with other data: each trace's point count and first x,
@@ -166,14 +188,17 @@ def zooming(page, url: str, repeats: int, graph: str = "timeline") -> list[float
     return times
 
 
-def uploading(browser, url: str, path: str) -> float:
+def uploading(browser, url: str, path: str) -> tuple[float, float]:
+    """(seconds from the upload's start until its first picture is drawn in the page, until it is ready to view)."""
     page = browser.new_page()
     page.goto(url + "/")
     page.wait_for_selector("#upload input[type=file]", state="attached")
     start = time.perf_counter()
     page.set_input_files("#upload input[type=file]", path)
+    page.wait_for_selector(".fv-preview svg polyline", timeout=600000)
+    picture = time.perf_counter() - start
     page.wait_for_selector("#upload-results .fv-ok a", timeout=600000)
-    return time.perf_counter() - start
+    return picture, time.perf_counter() - start
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ class StackInterner:
         self._frame_ids: dict[tuple[str, int, str], int] = {}
         self._stack_ids: dict[tuple[int, ...], int] = {}
         self._by_ends: dict[tuple[int, int, int], list[tuple[list, int]]] | None = {}
-        self._first: dict[tuple[int, int, int], tuple[list, int]] = {}  # each key's first bucket entry
+        self._recent: dict[tuple[int, int, int], tuple[list, int]] = {}  # each key's last matched bucket entry
         self._by_list: dict[int, int] | None = {id(None): NO_STACK}  # id of a frames list -> stack id
         self._list_lookups = 0
         self._list_hits = 0
@@ -82,6 +82,7 @@ class StackInterner:
             for representative, sid in bucket:
                 if representative is frames or representative == frames:
                     self._hits += 1
+                    self._recent[key] = (representative, sid)  # a loop meets its stacks again soon
                     return sid
         sid = self._intern_content(frames, where)
         self._remember(key, frames, sid)
@@ -112,17 +113,29 @@ class StackInterner:
         return out
 
     def _intern_column(self, column: list, where: str) -> list[int]:
+        """Each list's candidate is the stack last matched with the same ends (first and last frame, length);
+        one comparison of the whole column confirms them all where it can, else each is confirmed on its own."""
         if self._by_ends is None:
             return [self.intern(f, where) for f in column]
         try:
             keys: list = list(zip(map(id, map(_FIRST, column)), map(id, map(_LAST, column)), map(len, column)))
         except (TypeError, KeyError, IndexError):  # an empty stack, or not lists (intern() says what is wrong)
-            return [self.intern(f, where) for f in column]
-        found = list(map(self._first.get, keys))
-        if None not in found and list(map(_FIRST, found)) == column:  # every list is its ends' first stack
+            try:
+                keys = [(id(f[0]), id(f[-1]), len(f)) if f else None for f in column]
+            except (TypeError, KeyError, IndexError):
+                return [self.intern(f, where) for f in column]
+        found = list(map(self._recent.get, keys))
+        if None not in found and list(map(_FIRST, found)) == column:
             self._hits += len(column)
             return list(map(_LAST, found))
-        return [self.intern(f, where) for f in column]
+        miss = -2
+        out = [NO_STACK if not f else c[1] if c is not None and (c[0] is f or c[0] == f) else miss
+               for f, c in zip(column, found)]
+        misses = [i for i, sid in enumerate(out) if sid == miss]
+        self._hits += len(column) - len(misses)
+        for i in misses:
+            out[i] = self.intern(column[i], where)
+        return out
 
     def _remember(self, key: tuple[int, int, int], frames: list, sid: int) -> None:
         self._lookups += 1
@@ -130,7 +143,7 @@ class StackInterner:
             self._by_ends = None
             return
         self._by_ends.setdefault(key, []).append((frames, sid))  # type: ignore[union-attr]
-        self._first.setdefault(key, (frames, sid))
+        self._recent[key] = (frames, sid)
 
     def _intern_content(self, frames: list, where: str) -> int:
         return self.intern_keys(self._frame_key(f, where) for f in frames)
