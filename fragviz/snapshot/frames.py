@@ -39,15 +39,17 @@ def visible_frames(frames: tuple[Frame, ...] | list[Frame], show_all: bool) -> t
 
 _FIRST, _LAST = itemgetter(0), itemgetter(-1)
 LIST_CACHE_TRIAL = 1 << 16  # lists looked up by identity before the cache judges whether they are shared
+LIST_CACHE_SIZE = 1 << 18  # list identities kept at most (a memory bound: ~20 MiB)
 
 
 class StackInterner:
     """Maps frame lists to stack ids, deduplicating frames and stacks by content.
 
     Real snapshots share frame dicts between entries (each entry has its own list of them), so a first
-    cache keyed by the identities of a list's first and last frame finds a candidate stack, which is
-    confirmed with a list comparison (identity first, then content: always correct). It switches itself
-    off where frames are not shared objects (JSON files) and content keys are all that work.
+    cache keyed by the identities of a list's first and last frame (and its length) finds a candidate stack,
+    which is confirmed with a list comparison (identity first, then content: always correct). It switches
+    itself off where frames are not shared objects (JSON files) and content keys are all that work. Lists met
+    again by identity (`intern_many`) are known at once.
     """
 
     def __init__(self, values: Values | None = None) -> None:
@@ -110,6 +112,9 @@ class StackInterner:
         self._list_hits += len(column) - len(todo)
         if self._list_lookups >= LIST_CACHE_TRIAL and self._list_hits * 20 < self._list_lookups:
             self._by_list = None  # lists are not shared here: stop keeping their ids
+        elif len(by_list) > LIST_CACHE_SIZE:  # shared lists are near each other: the recent ones are enough
+            by_list.clear()
+            by_list[id(None)] = NO_STACK
         return out
 
     def _intern_column(self, column: list, where: str) -> list[int]:
