@@ -262,7 +262,6 @@ def memory_available() -> int:
 
 
 def _unpickle(data: bytes, source: str) -> Any:
-    _check_protocol(data[:2], source)
     return _unpickle_file(io.BytesIO(data), len(data), source)
 
 
@@ -278,8 +277,8 @@ def _unpickle_file(fh: BinaryIO, size: int, source: str) -> Any:
     such a file is truncated). A large one that does not fit is refused with the memory it needs."""
     _check_protocol(fh.read(2), source)
     fh.seek(0)
-    _check_room(fh, size, source)
-    with _address_space_cap(size):
+    with _address_space_cap(size):  # the estimate's sample decode is capped too (a hostile memo index)
+        _check_room(fh, size, source)
         try:
             return _load(_RestrictedUnpickler, fh, source, "the pickle ends before its STOP opcode")
         except MemoryError:

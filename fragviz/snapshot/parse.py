@@ -350,11 +350,12 @@ class _TraceReader:
 
     def read_totals(self) -> None:
         self._chunks(self._fill_totals)
-        where = f"device {self.device}'s trace"
-        size = self.cols.size
-        if len(size) and size.min() < 0:
-            i = int(np.argmax(size < 0))
-            raise self.ctx.fail(f"{where} entry {i} has a negative 'size' ({int(size[i])})")
+        self._no_negative(self.cols.size, "size")
+
+    def _no_negative(self, column: np.ndarray, key: str) -> None:
+        if len(column) and column.min() < 0:
+            i = int(np.argmax(column < 0))
+            raise self.ctx.fail(f"device {self.device}'s trace entry {i} has a negative '{key}' ({int(column[i])})")
 
     def read_rest(self, consume: bool) -> Trace:
         self._chunks(self._fill_rest, consume)
@@ -363,9 +364,7 @@ class _TraceReader:
                       time_us=cols.time_us, stack=cols.stack, compile_context=cols.compile_context,
                       user_metadata=cols.user_metadata, action_names=tuple(self.names))
         _note_trace_features(trace, ctx)
-        if len(trace) and trace.addr.min() < 0:
-            i = int(np.argmax(trace.addr < 0))
-            raise ctx.fail(f"device {self.device}'s trace entry {i} has a negative 'addr' ({int(trace.addr[i])})")
+        self._no_negative(trace.addr, "addr")
         return trace
 
     def _fill_totals(self, lo: int, chunk: list) -> None:
