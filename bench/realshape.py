@@ -19,7 +19,7 @@ import os
 import pickle
 import struct
 import sys
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -88,6 +88,16 @@ class StreamPickler:
             return head + b"(" + b"".join(self.encode(v, shared=isinstance(v, dict) and shared) for v in obj) + b"e"
         raise TypeError(f"cannot write {type(obj).__name__}")
 
+    def once(self, cache: dict, key: Any, encode: Callable[[], bytes]) -> bytes:
+        """`encode()`'s opcodes, cached under `key`: the first time as they come (PUTs for what is new), after
+        that its second result, which is only memo references and never changes."""
+        done = cache.get(key)
+        if done is None:
+            first = encode()
+            cache[key] = encode()
+            return first
+        return done
+
     def close(self) -> None:
         self.fh.write(b".")
 
@@ -124,23 +134,22 @@ def source_requests(path: str) -> list[tuple[str, int, int, list]]:
 class _Device:
     """One device's allocator running the request sequence from `start`, its trace streamed out."""
 
-    def __init__(self, device: int, requests: list, start: int, events: int) -> None:
+    def __init__(self, device: int, requests: list, start: int, events: int, out: StreamPickler) -> None:
         self.alloc = DeviceAllocator(DEFAULT_SETTINGS, device=device, va_base=0x7F00_0000_0000 - device * (1 << 40))
         self.requests, self.position, self.events = requests, start, events
         self.stacks: list[list] = []  # stack index (as the allocator records it) -> the source's frames list
         self.blocks: dict[int, Any] = {}  # the source's block key -> the block serving it in this pass
         self.written = 0
         self.time_us = _T0_US
-        self.out: StreamPickler | None = None
+        self.out = out
         self.consts: dict[str, bytes] = {}
         self.frame_bytes: dict[int, bytes] = {}
 
-    def run(self, out: StreamPickler) -> None:
-        self.out = out
-        out.raw(b"]")
+    def run(self) -> None:
+        self.out.raw(b"]")
         while self.written < self.events:
             self._step()
-            self._flush(out)
+            self._flush()
 
     def _step(self) -> None:
         action, key, size, frames = self.requests[self.position]
@@ -161,19 +170,20 @@ class _Device:
                 self.alloc.free(block)
             self.blocks.clear()
 
-    def _flush(self, out: StreamPickler) -> None:
+    def _flush(self) -> None:
         # Whole requests only (a free request and its completion stay together, and the final segments hold
         # what the trace did): a device's trace may pass `events` by the few entries of its last request.
         entries, self.alloc.trace = self.alloc.trace, []
         for lo in range(0, len(entries), BATCH):
             parts = [b"("]
             for e in entries[lo:lo + BATCH]:
-                parts.append(self._entry(e, out))
+                parts.append(self._entry(e))
             parts.append(b"e")
-            out.raw(b"".join(parts))
+            self.out.raw(b"".join(parts))
         self.written += len(entries)
 
-    def _entry(self, e: dict, out: StreamPickler) -> bytes:
+    def _entry(self, e: dict) -> bytes:
+        out = self.out
         self.time_us += 7
         action = e["action"]
         frames = self.stacks[e["stack"]] if e["stack"] >= 0 else []
@@ -185,26 +195,13 @@ class _Device:
             listed = out.encode(frames, shared=True)
         else:
             put = out._put(id(frames)) if action == "free_requested" else b""
-            listed = b"]" + put + (b"(" + self._frame_items(frames, out) + b"e" if frames else b"")
+            items = out.once(self.frame_bytes, id(frames), lambda: b"".join(out.encode(f, shared=True) for f in frames))
+            listed = b"]" + put + (b"(" + items + b"e" if frames else b"")
         return b"}(" + body + listed + b"u"
 
     def _const(self, text: str) -> bytes:
-        """A memoized string's opcodes: the first time its PUT, after that a GET that never changes."""
-        done = self.consts.get(text)
-        if done is None:
-            first = self.out.encode(text)
-            self.consts[text] = self.out.encode(text)
-            return first
-        return done
-
-    def _frame_items(self, frames: list, out: StreamPickler) -> bytes:
-        """The frame dicts of a list: written in full where new, then only memo references (cached)."""
-        done = self.frame_bytes.get(id(frames))
-        if done is None:
-            first = b"".join(out.encode(f, shared=True) for f in frames)
-            self.frame_bytes[id(frames)] = b"".join(out.encode(f, shared=True) for f in frames)
-            return first
-        return done
+        """A memoized string's opcodes (its PUT the first time, then a GET)."""
+        return self.out.once(self.consts, text, lambda: self.out.encode(text))
 
 
 def _segments(out: StreamPickler, segments: list[dict]) -> bytes:
@@ -230,14 +227,14 @@ def write_realshape(path: str, events: int, devices: int = 2, source: str = DEFA
     with open(tmp, "wb") as fh:
         out = StreamPickler(fh)
         out.raw(b"}(" + out.encode("device_traces") + b"](")
-        allocs = []
+        devs = []
         for d in range(devices):
-            dev = _Device(d, requests, (d * len(requests)) // max(1, devices), events // devices)
-            dev.run(out)
-            allocs.append(dev)
+            dev = _Device(d, requests, (d * len(requests)) // max(1, devices), events // devices, out)
+            dev.run()
+            devs.append(dev)
         out.raw(b"e")
         segments = []
-        for dev in allocs:
+        for dev in devs:
             for seg in allocator_segments(dev.alloc):
                 seg["frames"] = []
                 for b in seg["blocks"]:
