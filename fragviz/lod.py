@@ -10,7 +10,7 @@ import numpy as np
 
 LEVEL_BASE = 16
 LEVEL_FACTOR = 4
-FIGURES = ("allocated", "requested", "reserved", "free", "fragmentation")
+FIGURES = ("allocated", "requested", "reserved", "free", "non_releasable", "fragmentation", "free_scatter")
 
 
 def per_event(series: dict[str, np.ndarray], time_us: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -18,12 +18,15 @@ def per_event(series: dict[str, np.ndarray], time_us: np.ndarray | None = None) 
 
     With the trace's `time_us`, state K is stamped with the time of event K - 1 (state 0 with event 0's).
     """
-    free = series["reserved"] - series["allocated"]
-    largest = series["largest_gap"]
+    reserved = series["reserved"]
+    free = reserved - series["allocated"]
+    stuck = series["non_releasable"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        frag = np.where(free > 0, 1.0 - largest / np.maximum(free, 1), 0.0)
-    out = {"allocated": series["allocated"], "requested": series["requested"], "reserved": series["reserved"],
-           "free": free, "fragmentation": np.clip(frag, 0.0, 1.0)}
+        scatter = np.where(free > 0, 1.0 - series["largest_gap"] / np.maximum(free, 1), 0.0)
+        frag = np.where(reserved > 0, stuck / np.maximum(reserved, 1), 0.0)
+    out = {"allocated": series["allocated"], "requested": series["requested"], "reserved": reserved,
+           "free": free, "non_releasable": stuck, "fragmentation": np.clip(frag, 0.0, 1.0),
+           "free_scatter": np.clip(scatter, 0.0, 1.0)}
     if time_us is not None and len(time_us) and (time_us >= 0).all():
         out["time_us"] = np.concatenate([time_us[:1], time_us])
     return out

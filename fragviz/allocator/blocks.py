@@ -16,7 +16,7 @@ class Block:
     """A block of a segment: allocated, pending free (freed, waiting on stream events), free, or unmapped."""
 
     __slots__ = ("addr", "size", "stream", "requested", "allocated", "pending", "prev", "next", "pool",
-                 "mapped", "es", "gc_base", "stack", "key")
+                 "mapped", "es", "gc_base", "stack", "key", "stuck")
 
     def __init__(self, addr: int, size: int, stream: int, pool: "BlockPool", mapped: bool = True,
                  es: "ExpandableSegment | None" = None) -> None:
@@ -31,6 +31,16 @@ class Block:
         self.gc_base = 0
         self.stack = -1
         self.key: tuple[int, int, int] | None = None  # its key in the pool's free set while it is free
+        self.stuck = 0  # while free: its bytes that releasing the cache could not give back
+
+    def non_releasable(self) -> int:
+        """Bytes of this free block that `release_cached_blocks` could not give back: all of it in a segment that
+        holds other (active) blocks, none of a whole free segment; in an expandable segment, the partial pages
+        at its ends (whole pages inside it are unmapped)."""
+        if self.es is not None:
+            begin, end = self.es.pages_to_unmap(self.addr, self.size)
+            return self.size - (end - begin) * self.es.page
+        return self.size if self.is_split else 0
 
     @property
     def is_split(self) -> bool:
@@ -57,6 +67,10 @@ class BlockPool:
         self.unmapped_keys: list[tuple[int, int]] = []  # sorted (stream, address) of unmapped blocks
         self.unmapped: dict[tuple[int, int], Block] = {}
         self.get_free_blocks_call_count = 0
+        # Free bytes the pool's blocks hold that releasing could not give back. A free block's neighbours change
+        # only while it is out of the free set (merges and splits take it out first), so the figure taken when
+        # it goes in holds until it comes out.
+        self.non_releasable = 0
 
     def insert(self, block: Block) -> None:
         key = (stream_key(block.stream), block.size, block.addr)
@@ -64,9 +78,12 @@ class BlockPool:
         insort(self.keys, key)
         self.by_key[key] = block
         self.by_addr[block.addr] = block
+        block.stuck = block.non_releasable()
+        self.non_releasable += block.stuck
 
     def remove(self, block: Block) -> None:
         key = block.key
+        self.non_releasable -= block.stuck
         del self.keys[bisect_left(self.keys, key)]
         del self.by_key[key]
         del self.by_addr[key[2]]

@@ -468,6 +468,10 @@ class DeviceAllocator:
         """Cached free bytes of the general pool (see `largest_free_block`)."""
         return sum(k[1] for pool in (self.large, self.small) for k in pool.keys)
 
+    def non_releasable_bytes(self) -> int:
+        """Free bytes of every pool that `release_cached_blocks` could not give back (fragviz.metrics)."""
+        return sum(pool.non_releasable for pool in self.all_pools())
+
     def inactive_split_bytes(self) -> int:
         """Free bytes in blocks that share their segment with others: what memory_stats calls inactive_split."""
         return sum(b.size for pool in self.all_pools() for b in pool.by_key.values() if b.is_split)

@@ -118,7 +118,7 @@ class ForwardResult:
     layout: Layout  # the state after the last event
 
 
-SERIES = ("allocated", "requested", "reserved", "free_gaps", "largest_gap")
+SERIES = ("allocated", "requested", "reserved", "free_gaps", "largest_gap", "non_releasable")
 
 
 def _filled(changed: array, values: list[array], first: int, last: int) -> dict[str, np.ndarray]:
@@ -146,7 +146,7 @@ def run_forward(layout: Layout, trace: Trace, block_size: np.ndarray, start: int
     out = [array("q") for _ in SERIES]
     changed.append(start + offset)
     for column, value in zip(out, (layout.allocated, layout.requested, layout.reserved, layout.n_gaps,
-                                   layout.largest_gap())):
+                                   layout.largest_gap(), layout.non_releasable)):
         column.append(value)
     lo = start
     while lo < stop:  # spans between checkpoints, so the event loop itself never asks whether to keep one
@@ -171,7 +171,7 @@ def _apply(layout: Layout, trace: Trace, block_size: np.ndarray, start: int, sto
     base = start + offset
     if record is not None:
         changed, out = record
-        rec_k, rec_a, rec_r, rec_s, rec_g, rec_l = changed.append, *(o.append for o in out)
+        rec_k, rec_a, rec_r, rec_s, rec_g, rec_l, rec_n = changed.append, *(o.append for o in out)
     for i, act, addr, size, stream, stack, known in cols:
         if act == ALLOC:
             got = add_block(addr, [known, size, False, stack, i, stream], i, known > 0)
@@ -199,4 +199,5 @@ def _apply(layout: Layout, trace: Trace, block_size: np.ndarray, start: int, sto
         if record is not None:
             rec_k(i + 1), rec_a(layout.allocated), rec_r(layout.requested), rec_s(layout.reserved)
             rec_g(layout.n_gaps), rec_l(-heap[0] if heap and -heap[0] in counts else largest_gap())
+            rec_n(layout.non_releasable)
     block_size[start:stop] = sizes

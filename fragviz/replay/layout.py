@@ -2,7 +2,8 @@
 
 `Layout` applies trace events forward. It keeps, per segment, the active blocks in address order, so
 the free gaps (the inactive blocks, which the allocator always merges with free neighbours) are the
-spaces between them; a multiset of gap sizes gives the count and the largest gap after every event.
+spaces between them; a multiset of gap sizes gives the count and the largest gap after every event, and a
+running total the free bytes that releasing the cache could not give back (`fragviz.metrics`).
 This is the hot loop of ingest (millions of events), so records are plain lists and the methods are flat.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Callable
 
 from fragviz.allocator.config import AllocatorSettings
 from fragviz.allocator.rules import SMALL_BUFFER, is_small, round_size, should_split
+from fragviz.metrics import expandable_page, stuck_in_gap
 
 # A block record: [size, requested, pending_free, stack, alloc_event, stream, segment (None: on no segment)]
 SIZE, REQUESTED, PENDING, STACK, ALLOC_EVENT, STREAM, SEGMENT = range(7)
@@ -45,6 +47,20 @@ class Seg:
         if self.end > cursor:
             out.append(self.end - cursor)
         return out
+
+    def stuck(self, lo: int, hi: int) -> int:
+        """Bytes of the gap [lo, hi) of this expandable segment that releasing cannot unmap."""
+        return stuck_in_gap(lo, hi, self.address, expandable_page(self.pool)) if hi > lo else 0
+
+    def non_releasable(self) -> int:
+        """Free bytes of this segment that `torch.cuda.empty_cache()` could not give back (fragviz.metrics)."""
+        if self.expandable:
+            out, cursor = 0, self.address
+            for s, e in zip(self.starts, self.ends):
+                out += self.stuck(cursor, s)
+                cursor = max(cursor, e)
+            return out + self.stuck(cursor, self.end)
+        return sum(self.gaps()) if self.starts else 0
 
 
 class Mismatch:
@@ -101,6 +117,7 @@ class Layout:
         self.allocated = 0
         self.requested = 0
         self.reserved = 0
+        self.non_releasable = 0
         self.mismatch = Mismatch()
 
     # -- gaps ----------------------------------------------------------------------------------------
@@ -165,6 +182,11 @@ class Layout:
                     self._gap_add(addr - prev_end)
                 if next_start > addr + size:
                     self._gap_add(next_start - addr - size)
+                if seg.expandable:
+                    self.non_releasable += (seg.stuck(prev_end, addr) + seg.stuck(addr + size, next_start)
+                                            - seg.stuck(prev_end, next_start))
+                else:  # its free bytes are stuck from its first active block on
+                    self.non_releasable += -size if starts else seg.end - seg.address - size
                 starts.insert(j, addr)
                 seg.ends.insert(j, addr + size)
         self.blocks[addr] = rec
@@ -192,16 +214,14 @@ class Layout:
         if next_start > end:
             self._gap_remove(next_start - end)
         self._gap_add(next_start - prev_end)
+        if seg.expandable:
+            self.non_releasable += (seg.stuck(prev_end, next_start) - seg.stuck(prev_end, addr)
+                                    - seg.stuck(end, next_start))
+        else:  # the segment's last active block leaves it whole and free: releasable
+            self.non_releasable += end - addr if len(starts) > 1 else -(seg.end - seg.address - (end - addr))
         del starts[j]
         del seg.ends[j]
         return rec
-
-    def set_pending(self, addr: int, pending: bool, event: int) -> None:
-        rec = self.blocks.get(addr)
-        if rec is None:
-            self.mismatch.note("free_request_of_unknown_block", event)
-        else:
-            rec[PENDING] = pending
 
     # -- segments ------------------------------------------------------------------------------------
     def _insert_segment(self, seg: Seg) -> None:
@@ -209,12 +229,14 @@ class Layout:
         self.segs[seg.address] = seg
         for g in seg.gaps():
             self._gap_add(g)
+        self.non_releasable += seg.non_releasable()
 
     def _drop_segment(self, seg: Seg) -> None:
         del self.seg_starts[bisect_left(self.seg_starts, seg.address)]
         del self.segs[seg.address]
         for g in seg.gaps():
             self._gap_remove(g)
+        self.non_releasable -= seg.non_releasable()
 
     def add_segment(self, seg: Seg, event: int) -> None:
         if self.segment_at(seg.address) or self.segment_at(seg.end - 1):

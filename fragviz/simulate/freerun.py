@@ -50,7 +50,7 @@ class FreeRunResult:
             "settings": {**self.settings.as_dict(), "device_memory_bytes": self.capacity},
             "peak_reserved_bytes": a.peaks.reserved, "peak_allocated_bytes": a.peaks.active,
             "peak_requested_bytes": a.peaks.requested,
-            "final_fragmentation": fragmentation(a.free_bytes(), a.largest_free_block()),
+            "final_fragmentation": fragmentation(a.non_releasable_bytes(), a.reserved),
             "ooms": self.ooms,
         }
 

@@ -1,6 +1,7 @@
-"""The figures a what-if draws, recorded while a free-run runs: reserved bytes and fragmentation after each
-workload event, kept as min and max per bucket of events (as `fragviz.lod` does for recorded runs), so a
-run of millions of events yields a few thousand points and no peak disappears.
+"""The figures a what-if draws, recorded while a free-run runs: reserved bytes and fragmentation (non-releasable
+/ reserved bytes, fragviz.metrics) after each workload event, kept as min and max per bucket of events (as
+`fragviz.lod` does for recorded runs), so a run of millions of events yields a few thousand points and no peak
+disappears.
 
 State K follows event K - 1, as in the recorded timeline: state 0 is the start of the trace.
 """
@@ -26,9 +27,8 @@ class RunSeries:
 
     def observe(self, state: int, alloc: DeviceAllocator) -> None:
         """Record the allocator's figures as state `state` (after event `state` - 1)."""
-        reserved = alloc.reserved  # free = reserved - active, over every pool, as the recorded timeline has it
-        largest = alloc.largest_free_block(private_pools=True)
-        values = {"reserved": reserved, "fragmentation": fragmentation(reserved - alloc.active_bytes, largest)}
+        reserved = alloc.reserved  # over every pool, as the recorded timeline has it
+        values = {"reserved": reserved, "fragmentation": fragmentation(alloc.non_releasable_bytes(), reserved)}
         index = state // self.bucket
         if index != self._current:
             self._current = index

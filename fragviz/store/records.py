@@ -12,16 +12,18 @@ from typing import Any, Callable, Iterable
 
 from fragviz.model import Frame, Segment
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2  # 2: fragmentation is non-releasable / reserved (fragviz.metrics); 1 and 0 meant free scatter
 
 
 @dataclass(frozen=True)
 class DeviceSummary:
     """One device of an ingested snapshot: its final state, its peaks over the trace, and its OOMs.
 
-    `peak_state` is the state (events applied) of the first peak of reserved bytes in the trace window and
-    `fragmentation_at_peak` the fragmentation there (None where the trace has no states to look at, or the
-    summary was stored before they were kept). `verdicts` are the doctor's, one per recorded OOM, in order.
+    `fragmentation` is non-releasable / reserved bytes (fragviz.metrics) and `free_scatter` the secondary
+    1 - largest free block / free bytes. `peak_state` is the state (events applied) of the first peak of
+    reserved bytes in the trace window, with the non-releasable bytes and fragmentation there (None where the
+    trace has no states to look at, or the summary was stored before they were kept). `verdicts` are the
+    doctor's, one per recorded OOM, in order.
     """
     device: int
     trace_events: int
@@ -31,7 +33,7 @@ class DeviceSummary:
     requested_bytes: int
     free_bytes: int
     largest_free_block: int
-    fragmentation: float
+    fragmentation: float | None
     segments: int
     blocks: int
     peak_reserved_bytes: int
@@ -39,6 +41,9 @@ class DeviceSummary:
     peak_state: int | None = None
     fragmentation_at_peak: float | None = None
     verdicts: tuple[str, ...] | None = None
+    non_releasable_bytes: int | None = None
+    free_scatter: float | None = None
+    non_releasable_at_peak: int | None = None
 
     @property
     def ooms(self) -> int:
@@ -69,20 +74,24 @@ class Summary:
         data = json.loads(text)
         if "version" not in data:  # stored before version 4 of the schema: a report object
             return cls.from_report(data)
-        return cls(tuple(_device(d) for d in data["devices"]), int(data["version"]))
+        version = int(data["version"])
+        return cls(tuple(_device(d, version) for d in data["devices"]), version)
 
     @classmethod
     def from_report(cls, report: dict[str, Any]) -> "Summary":
         """The figures a report object (`fragviz report --json`, what older stores kept) gives; no peak state,
         fragmentation at the peak or verdicts."""
-        return cls(tuple(_device(d) for d in report.get("devices", [])), 0)
+        return cls(tuple(_device(d, 0) for d in report.get("devices", [])), 0)
 
 
 _DEVICE_FIELDS = {f.name for f in fields(DeviceSummary)}
 
 
-def _device(d: dict[str, Any]) -> DeviceSummary:
+def _device(d: dict[str, Any], version: int) -> DeviceSummary:
     values = {k: v for k, v in d.items() if k in _DEVICE_FIELDS}
+    if version < 2:  # its "fragmentation" was the free scatter; the figure now so named was not kept
+        values["free_scatter"] = values.get("fragmentation")
+        values["fragmentation"] = values["fragmentation_at_peak"] = None
     if values.get("verdicts") is not None:
         values["verdicts"] = tuple(values["verdicts"])
     values["trace_actions"] = dict(values.get("trace_actions") or {})
