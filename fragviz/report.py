@@ -12,6 +12,7 @@ from fragviz.metrics import PendingFrees, PoolFigures, StateFigures, pending_fre
 from fragviz.model import NO_STACK, Frame, Segment, Snapshot
 from fragviz.replay import EXACT_FIGURES, SIZES_NOTE
 from fragviz.snapshot.frames import is_internal, is_user_frame
+from fragviz.summaries import reserved_peak
 from fragviz.units import format_bytes
 from fragviz.usage.kinds import StackKinds, kind_totals
 
@@ -59,11 +60,14 @@ def device_report(analysis: Analysis, device: int, at: int | None) -> dict[str, 
     pending = pending_frees(segments)
     kinds = StackKinds(snap.stack_frames)
     peak = peak_requested_state(analysis, device)
+    peak_figures = reserved_peak(analysis, device) if len(trace) else None
     return {
         "device": device,
         "reserved_bytes": fig.reserved_bytes, "allocated_bytes": fig.allocated_bytes,
         "requested_bytes": fig.requested_bytes, "free_bytes": fig.free_bytes, "free_blocks": fig.free_blocks,
-        "largest_free_block": fig.largest_free_block, "fragmentation": fig.fragmentation,
+        "largest_free_block": fig.largest_free_block, "non_releasable_bytes": fig.non_releasable_bytes,
+        "fragmentation": fig.fragmentation, "free_scatter": fig.free_scatter,
+        "at_peak": peak_figures.as_dict() if peak_figures else None,
         "segments": fig.segments, "blocks": fig.blocks, "allocations": fig.allocations,
         "trace_events": len(trace), "trace_actions": trace.action_counts(),
         "start_requested_bytes": totals.start_requested, "peak_requested_bytes": totals.peak_requested,
@@ -86,7 +90,8 @@ def peak_requested_state(analysis: Analysis, device: int) -> int:
 def pool_dict(p: PoolFigures) -> dict[str, Any]:
     return {"pool": list(p.pool), "reserved_bytes": p.reserved_bytes, "allocated_bytes": p.allocated_bytes,
             "free_bytes": p.free_bytes, "largest_free_block": p.largest_free_block,
-            "fragmentation": p.fragmentation}
+            "non_releasable_bytes": p.non_releasable_bytes, "fragmentation": p.fragmentation,
+            "free_scatter": p.free_scatter}
 
 
 def _private_largest(fig: StateFigures, pools: list[PoolFigures]) -> list[str]:
@@ -114,7 +119,8 @@ def pool_line(p: PoolFigures) -> str:
         head += "fully allocated"
     else:
         head += (f"{format_bytes(p.allocated_bytes)} allocated, {format_bytes(p.free_bytes)} free in {p.free_blocks} "
-                 f"gaps; largest gap {format_bytes(p.largest_free_block)}; fragmentation {p.fragmentation:.1%}")
+                 f"gaps; largest gap {format_bytes(p.largest_free_block)}; non-releasable "
+                 f"{format_bytes(p.non_releasable_bytes)} (fragmentation {p.fragmentation:.1%})")
     if p.is_private:
         what = "a private pool (CUDA graph or torch.cuda.MemPool); general requests cannot use its free memory"
     else:
@@ -201,8 +207,10 @@ def _device_text(analysis: Analysis, device: int, at: int | None) -> list[str]:
         f"  reserved     {format_bytes(fig.reserved_bytes):>11}  in {fig.segments} segments{every}",
         f"  allocated    {format_bytes(fig.allocated_bytes):>11}  in {fig.allocations} blocks "
         f"(requested {format_bytes(fig.requested_bytes)}{'; pending frees included' if pending.blocks else ''})",
-        f"  cached free  {format_bytes(fig.free_bytes):>11}  in {fig.free_blocks} gaps; largest gap "
-        f"{format_bytes(fig.largest_free_block)}; fragmentation {fig.fragmentation:.1%}{every}",
+        f"  cached free  {format_bytes(fig.free_bytes):>11}  in {fig.free_blocks} gaps; the largest request the cache "
+        f"can serve now {format_bytes(fig.largest_free_block)}; free scatter {fig.free_scatter:.1%}{every}",
+        f"  fragmentation {fig.fragmentation:>6.1%}      non-releasable {format_bytes(fig.non_releasable_bytes)} of "
+        f"{format_bytes(fig.reserved_bytes)} reserved: free memory empty_cache() could not give back{every}",
     ]
     lines.extend(_private_largest(fig, pools))
     lines.extend(pool_lines(pools))
@@ -212,6 +220,11 @@ def _device_text(analysis: Analysis, device: int, at: int | None) -> list[str]:
         lines.append(f"  trace        {len(trace)} events ({actions})")
         lines.append(f"  peak         requested {format_bytes(totals.peak_requested)}, reserved "
                      f"{format_bytes(totals.peak_reserved)}")
+        peak = reserved_peak(analysis, device)
+        if peak is not None:
+            lines.append(f"  at the reserved peak (state {peak.state})  fragmentation {peak.fragmentation:.1%}, "
+                         f"non-releasable {format_bytes(peak.non_releasable_bytes)}, largest request the cache "
+                         f"can serve {format_bytes(peak.largest_free_block)}")
     if when != "final state":
         lines.append(f"  exact: {', '.join(EXACT_FIGURES)}; inferred: the rest ({SIZES_NOTE})")
     lines.extend(_kind_lines(analysis, device, segments, when))
