@@ -7,7 +7,7 @@ reads only through a Library and never sees a connection.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from fragviz.store.engine import Store
 from fragviz.store.live import LiveReader
 from fragviz.store.reader import SnapshotRow, StoreReader
 from fragviz.store.records import Job
+from fragviz.upgrade import refresh_stale
 from fragviz.usage.lifetimes import Lifetimes
 
 
@@ -62,9 +63,14 @@ class Library:
         self.live: LiveReader = records.live
 
     @classmethod
-    def open(cls, target: str | Store) -> "Library":
-        """The library of the store at `target`: a SQLite path, a postgresql:// URL, or an open Store."""
-        return cls(StoreReader(target))
+    def open(cls, target: str | Store, progress: Callable[[int, int], None] | None = None) -> "Library":
+        """The library of the store at `target`: a SQLite path, a postgresql:// URL, or an open Store.
+
+        Snapshots stored before the figures they keep changed meaning are brought up to date first
+        (fragviz.upgrade); `progress(done, total)` follows that."""
+        library = cls(StoreReader(target))
+        refresh_stale(library.records, progress)
+        return library
 
     def close(self) -> None:
         self.records.close()

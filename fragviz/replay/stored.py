@@ -58,15 +58,24 @@ def record_of(analysis: Analysis, summary: Summary, content_hash: str, file_size
 
 def _device_record(snap: Snapshot, replay: DeviceReplay) -> DeviceRecord:
     trace = replay.trace
-    figures = per_event(replay.series, trace.time_us)
     info = DeviceInfo(replay.device, len(trace), tuple(trace.action_names), replay.pre_trace_blocks,
                       replay.pre_trace_segments, list(replay.warnings))
     return DeviceRecord(
         info=info, segments=tuple(snap.segments_of(replay.device)),
         trace_chunks=_trace_chunks(trace, replay.block_size), series_chunks=_series_chunks(replay.series),
-        series_lod=((b, encode_columns(summarise(figures, b))) for b in bucket_sizes(len(figures["reserved"]))),
+        series_lod=series_lod(replay),
         checkpoints=((event, encode_columns(cols)) for event, cols in replay.checkpoints.items()),
         allocations=lambda: encode_columns(replay.lifetimes().columns()))
+
+
+def series_blobs(replay: DeviceReplay) -> tuple[Iterator[bytes], Iterator[tuple[int, bytes]]]:
+    """The stored form of a replay's series: its chunks, and its level-of-detail tables (bucket, blob)."""
+    return _series_chunks(replay.series), series_lod(replay)
+
+
+def series_lod(replay: DeviceReplay) -> Iterator[tuple[int, bytes]]:
+    figures = per_event(replay.series, replay.trace.time_us)
+    return ((b, encode_columns(summarise(figures, b))) for b in bucket_sizes(len(figures["reserved"])))
 
 
 def _trace_chunks(trace: Trace, block_size: np.ndarray) -> Iterator[bytes]:

@@ -207,6 +207,8 @@ def _step(store: Store, version: int) -> None:
             table.create(conn, checkfirst=True)
             if not store.is_sqlite:
                 _fast_blobs(conn, table)
+        if version + 1 in schema.FILLS:
+            schema.FILLS[version + 1](conn)
         values = {"schema_version": str(version + 1)}
         if version == 0:
             values["created_by"] = f"fragviz {__version__}"

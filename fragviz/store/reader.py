@@ -213,6 +213,10 @@ class StoreReader:
                         sid=sid, device=device, event=event)
         return decode_columns(row[0]) if row else None
 
+    def stale_snapshots(self) -> list[int]:
+        """Snapshots whose figures were stored before schema version 5 (fragviz.upgrade brings them up to date)."""
+        return [r[0] for r in self._rows("SELECT snapshot_id FROM stale_figures ORDER BY snapshot_id")]
+
     def checkpoint_events(self, sid: int, device: int) -> set[int]:
         return {r[0] for r in self._rows("SELECT event FROM checkpoints WHERE snapshot_id = :sid AND device = :device",
                                          sid=sid, device=device)}

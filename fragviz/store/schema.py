@@ -32,16 +32,23 @@ Version 4 adds jobs of many ranks, and the summary becomes the store's own versi
   jobs                              one row per job (its name is unique)
   job_ranks                         (job, rank) -> snapshot
   summaries stored before version 4 are report objects, read as Summary version 0 (fragviz.store.records)
+Version 5 changes what fragmentation means (non-releasable / reserved bytes, fragviz.metrics) and adds the
+non-releasable bytes to the series:
+  stale_figures                     snapshots whose series, level-of-detail tables and summary were stored before
+                                    that: every snapshot of an older store. fragviz.upgrade recomputes them from the
+                                    stored trace and checkpoints and removes the row, one snapshot at a time
 
 STEPS[v] are the tables version v adds; a store is brought from version v to v + 1 in one transaction when
 it is opened for writing (or, for reading, when it can be written).
 """
 from __future__ import annotations
 
-from sqlalchemy import (BigInteger, Column, Float, ForeignKey, ForeignKeyConstraint, Index, Integer, LargeBinary,
-                        MetaData, PrimaryKeyConstraint, Table, Text, UniqueConstraint)
+from typing import Callable
 
-SCHEMA_VERSION = 4
+from sqlalchemy import (BigInteger, Column, Connection, Float, ForeignKey, ForeignKeyConstraint, Index, Integer,
+                        LargeBinary, MetaData, PrimaryKeyConstraint, Table, Text, UniqueConstraint, select)
+
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -151,5 +158,15 @@ job_ranks = Table(
     ForeignKeyConstraint(["snapshot_id"], ["snapshots.id"], ondelete="CASCADE"))
 V4 = (jobs, job_ranks)
 
-# STEPS[v]: the tables version v adds (a store at version v - 1 is brought to v by creating them)
-STEPS: dict[int, tuple[Table, ...]] = {1: V1, 2: V2, 3: V3, 4: V4}
+stale_figures = _owned("stale_figures", key=())
+V5 = (stale_figures,)
+
+
+def _mark_every_snapshot_stale(conn: Connection) -> None:
+    conn.execute(stale_figures.insert().from_select(["snapshot_id"], select(snapshots.c.id)))
+
+
+# STEPS[v]: the tables version v adds (a store at version v - 1 is brought to v by creating them), then
+# FILLS[v], where the step also rewrites rows, in the same transaction
+STEPS: dict[int, tuple[Table, ...]] = {1: V1, 2: V2, 3: V3, 4: V4, 5: V5}
+FILLS: dict[int, Callable[[Connection], None]] = {5: _mark_every_snapshot_stale}

@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from fragviz.model import Frame
 from fragviz.store import schema as t
 from fragviz.store.engine import Store
-from fragviz.store.records import DeviceRecord, SnapshotRecord
+from fragviz.store.records import DeviceRecord, SnapshotRecord, Summary
 
 BATCH = 5000  # rows per executemany of the final state's segments and blocks
 LOOKUP = 500  # keys per IN (...) when reading ids back
@@ -134,6 +134,21 @@ def _insert_device(conn: Connection, sid: int, d: DeviceRecord) -> None:
     _insert_blobs(conn, t.series_lod, ({**key, "bucket": k, "data": b} for k, b in d.series_lod))
     _insert_blobs(conn, t.checkpoints, ({**key, "event": e, "data": b} for e, b in d.checkpoints))
     conn.execute(t.allocations.insert().values(**key, data=d.allocations()))
+
+
+def replace_figures(store: Store, sid: int, devices: Iterable[tuple[int, Iterable[bytes], Iterable[tuple[int, bytes]]]],
+                    summary: Summary) -> None:
+    """A snapshot's series, level-of-detail tables and summary recomputed (device, series chunks, (bucket, lod)),
+    written in one transaction that also takes the snapshot off the stale list."""
+    with store.writing() as conn:
+        for device, series_chunks, series_lod in devices:
+            key = {"snapshot_id": sid, "device": device}
+            for table in (t.series_chunks, t.series_lod):
+                conn.execute(table.delete().where(table.c.snapshot_id == sid, table.c.device == device))
+            _insert_blobs(conn, t.series_chunks, ({**key, "chunk": c, "data": b} for c, b in enumerate(series_chunks)))
+            _insert_blobs(conn, t.series_lod, ({**key, "bucket": k, "data": b} for k, b in series_lod))
+        conn.execute(t.snapshots.update().where(t.snapshots.c.id == sid).values(summary=summary.to_json()))
+        conn.execute(t.stale_figures.delete().where(t.stale_figures.c.snapshot_id == sid))
 
 
 def _insert_blobs(conn: Connection, table: Table, rows: Iterable[dict[str, Any]]) -> None:
