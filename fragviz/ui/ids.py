@@ -91,3 +91,12 @@ EXPORT_WHAT = "export-what"  # "series", "allocations" or "segments" (at the sel
 EXPORT_FORMAT = "export-format"  # "parquet" or "csv"
 EXPORT_LINK = "export-link"  # <a download href=...>: the file comes straight from the API route
 EXPORT_NOTE = "export-note"
+# The right device: the snapshot page's what-if link follows its device; the what-if page's own device picker
+SNAPSHOT_WHATIF = "snapshot-whatif-link"
+WHATIF_URL = "whatif-url"  # the what-if page's own view of the URL (?device=N), like SNAPSHOT_URL
+WHATIF_DEVICE = "whatif-device"  # the device picker: the device the what-if runs on
+WHATIF_BODY = "whatif-body"  # the settings and results of the chosen device, or why it cannot be simulated
+WHATIF_SNAPSHOT_LINK = "whatif-snapshot-link"  # the title's link back to the snapshot page at the chosen device
+WHATIF_JOB = "whatif-job"  # the running simulation's job id
+SNAPSHOT_SUB = "snapshot-sub"  # the line under the snapshot page's title: format, size, the device's trace length
+TIMELINE_BOX = "timeline-box"  # the timeline and its axis switch, hidden where the device has no trace

@@ -5,6 +5,7 @@ from urllib.parse import parse_qs, urlencode
 
 from dash import dcc, html
 
+from fragviz.store.records import Summary
 from fragviz.units import format_bytes
 
 fb = format_bytes
@@ -39,6 +40,15 @@ def make_search(**params) -> str:
     return "?" + urlencode({k: v for k, v in params.items() if v is not None})
 
 
+def opening_device(devices: list[int], summary: Summary, wanted: int | None) -> int:
+    """The device a page shows: `wanted` where the snapshot has it; else the device of its first OOM (the lowest
+    device that records one, as the doctor lists them); else its first device (0 when it has none)."""
+    if wanted in devices:
+        return wanted
+    with_oom = [d for d in devices if (found := summary.device(d)) is not None and found.ooms]
+    return with_oom[0] if with_oom else (devices[0] if devices else 0)
+
+
 def card(title: str, *children, id: str | None = None, class_name: str = "") -> html.Section:
     kwargs = {"id": id} if id else {}
     return html.Section(className=f"fv-card {class_name}", children=[html.H3(title), *children], **kwargs)
@@ -48,12 +58,12 @@ _OOM_FIGURES = ("requested_bytes", "reserved_bytes", "allocated_bytes", "largest
                 "device_total_bytes")
 
 
-def verdict_card(o: dict, title: str) -> html.Div:
+def verdict_card(o: dict, title: str, link=None) -> html.Div:
     """One OOM diagnosis (an entry of `fragviz doctor --json`): its figures, what limits it, advice, notes and
-    what-ifs, under `title`."""
+    what-ifs, under `title`; `link` (to the OOM's state, say) under the title."""
     figs = [(k, o.get(k)) for k in _OOM_FIGURES if o.get(k) is not None]
     return html.Div(className=f"fv-verdict fv-{o['verdict']}", children=[
-        html.H4(title),
+        html.H4(title), link,
         html.Dl([c for k, v in figs for c in (html.Dt(k.replace("_bytes", "").replace("_", " ")), html.Dd(fb(v)))]),
         html.Ul([html.Li(w) for w in o["warnings"]], className="fv-warnings") if o.get("warnings") else None,
         html.Ul([html.Li(a) for a in o["advice"]]),

@@ -38,16 +38,35 @@ def table(ctx) -> html.Table | html.P:
         return html.P("No snapshots yet: add one above.")
     head = html.Thead(html.Tr([html.Th(h) for h in ("snapshot", "devices", "file", "reserved", "peak reserved",
                                                      "OOMs", "warnings", "added")]))
-    body = []
-    for row in rows:
-        e = snapshot_entry(row)
-        body.append(html.Tr([
-            html.Td(dcc.Link(row.name.rsplit("/", 1)[-1], href=f"/snapshots/{row.id}", title=row.name)),
-            html.Td(devices_text(e["devices"])), html.Td(fb(e["file_size"])),
-            html.Td(fb(e["reserved_bytes"])), html.Td(fb(e["peak_reserved_bytes"])),
-            html.Td(str(e["ooms"]), className="fv-oom" if e["ooms"] else ""), html.Td(str(e["warnings"])),
-            html.Td(e["added_at"].replace("T", " ")[:16])]))
-    return html.Table(className="fv-table", children=[head, html.Tbody(body)])
+    return html.Table(className="fv-table", children=[head, html.Tbody([_row(row) for row in rows])])
+
+
+def _row(row) -> html.Tr:
+    e = snapshot_entry(row)
+    n = len(e["devices"])
+    return html.Tr([
+        html.Td(dcc.Link(row.name.rsplit("/", 1)[-1], href=f"/snapshots/{row.id}", title=row.name)),
+        html.Td(devices_text(e["devices"])), html.Td(fb(e["file_size"])),
+        html.Td(summed(fb(e["reserved_bytes"]), n)),
+        html.Td(summed(fb(e["peak_reserved_bytes"]), n, "each device's own peak, added up: they need not be at "
+                                                         "the same moment")),
+        html.Td(summed(str(e["ooms"]), n), className="fv-oom" if e["ooms"] else ""), html.Td(str(e["warnings"])),
+        html.Td(e["added_at"].replace("T", " ")[:16])])
+
+
+def total_note(devices: int) -> str | None:
+    """What a figure summed over a snapshot's devices says it is ('total over 2 devices'); None for one device,
+    where the figure is that device's own."""
+    return f"total over {devices} devices" if devices > 1 else None
+
+
+def summed(text: str, devices: int, why: str | None = None) -> str | list:
+    """A cell of a figure summed over `devices` devices: the figure, and where there are several, that it is
+    their total (`why`, if given, as its tooltip)."""
+    note = total_note(devices)
+    if note is None:
+        return text
+    return [text, " ", html.Span(f"({note})", className="fv-hint fv-total-note", title=why or note)]
 
 
 def devices_text(devices: list[int]) -> str:

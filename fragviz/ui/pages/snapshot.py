@@ -10,9 +10,9 @@ from fragviz.metrics import PoolFigures, pending_frees, pool_figures, pool_of
 from fragviz.model import Segment
 from fragviz.snapshot.frames import is_user_frame, visible_frames
 from fragviz.ui import figures, ids
-from fragviz.ui.pages import snapshot_export, usage
+from fragviz.ui.pages import snapshot_device, snapshot_export, snapshot_oom, usage
 from fragviz.ui.data import gaps_of
-from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int, verdict_card
+from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, opening_device, query_int
 from fragviz.ui.sites import icicle_note, icicle_weights, no_trace_note, peak_info, sites_rows, sites_table
 
 GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": True}
@@ -38,13 +38,11 @@ def page_sid(pathname: str | None) -> int:
 
 
 def view_of(app_ctx, pathname: str | None, search: str | None) -> tuple[int, int, int, int]:
-    """(snapshot id, device, event, trace length) from the URL, defaults filled in, bounds checked
-    (PreventUpdate off a snapshot page: see page_sid)."""
+    """(snapshot id, device, event, trace length) from the URL, defaults filled in (without a device, the device
+    of the first OOM: see opening_device), bounds checked (PreventUpdate off a snapshot page: see page_sid)."""
     sid = page_sid(pathname)
     row = app_ctx.reader.snapshot_row(sid)
-    device = query_int(search, "device")
-    if device not in row.devices:
-        device = row.devices[0] if row.devices else 0
+    device = opening_device(row.devices, row.summary, query_int(search, "device"))
     n = app_ctx.reader.trace_length(sid, device) if row.devices else 0
     event = query_int(search, "event")
     event = n if event is None else min(max(event, 0), n)
@@ -62,14 +60,15 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
     if not row.devices:
         return empty_page(row, meta)
     controls = html.Div(className="fv-controls", children=[
-        html.Label(["device ", dcc.Dropdown(id=ids.DEVICE, options=[{"label": str(d), "value": d} for d in row.devices],
-                                            value=device, clearable=False, className="fv-device")]),
+        html.Label(["device ", dcc.Dropdown(id=ids.DEVICE, value=device, clearable=False, className="fv-device",
+                                            options=[{"label": f"cuda:{d}", "value": d} for d in row.devices])]),
         html.Button("◀", id=ids.PREV, title="previous event (←)", n_clicks=0),
         html.Label(["event ", dcc.Input(id=ids.EVENT, type="number", min=0, max=n, value=event, debounce=True,
                                         className="fv-event")]),
         html.Button("▶", id=ids.NEXT, title="next event (→)", n_clicks=0),
         html.Span(id=ids.EVENT_INFO, className="fv-event-info"),
-        dcc.Link("what if…", href=f"/whatif/{sid}?device={device}", className="fv-action"),
+        dcc.Link("what if…", id=ids.SNAPSHOT_WHATIF, href=snapshot_device.whatif_href(sid, device),
+                 className="fv-action"),
         dcc.Link("compare…", href=f"/compare?a={sid}", className="fv-action"),
     ])
     return html.Div([
@@ -77,9 +76,7 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
         header(),
         html.Main(className="fv-main", children=[
             html.H2(row.name.rsplit("/", 1)[-1], title=row.name),
-            html.P(f"format {fmt.generation} ({fmt.torch_estimate}), {fmt.encoding}"
-                   f"{', gzip' if fmt.compression else ''} · {fb(row.file_size)} · {n} trace events on device "
-                   f"{device}", className="fv-sub"),
+            html.P(snapshot_device.sub_line(fmt, row.file_size, n, device), id=ids.SNAPSHOT_SUB, className="fv-sub"),
             controls,
             timeline_card(app_ctx, sid, device, event, n, fmt),
             *usage.cards(n),
@@ -125,8 +122,9 @@ def timeline_card(app_ctx, sid: int, device: int, event: int, n: int, fmt) -> ht
     """The timeline; where the device has no trace, a note that says so in its place (the graph and the axis
     switch stay, hidden: the page's callbacks read them)."""
     note = no_trace_note(n, "segments_list" in fmt.features)
-    hidden = {"display": "none"} if n == 0 else {}
-    return card("Memory over the trace", html.Div(note, id=ids.TIMELINE_NOTE), html.Div(style=hidden, children=[
+    hidden = snapshot_device.timeline_box_style(n)
+    return card("Memory over the trace", html.Div(note, id=ids.TIMELINE_NOTE), html.Div(id=ids.TIMELINE_BOX,
+                                                                                         style=hidden, children=[
         dcc.RadioItems(id=ids.TIMELINE_AXIS, value="event", inline=True, className="fv-axis",
                        options=[{"label": " by event ", "value": "event"},
                                 {"label": " by time", "value": "time", "disabled": "time_us" not in fmt.features}]),
@@ -202,20 +200,14 @@ def _frames_view(frames, show_all: bool) -> html.Div:
     return html.Div([html.Ol(lines, className="fv-frames"), note])
 
 
-def _verdicts(ooms: list[dict]) -> html.Div:
-    if not ooms:
-        return html.P("No out-of-memory error is recorded in this snapshot.")
-    titles = {"exhaustion": "True exhaustion", "fragmentation": "Fragmentation", "outside_pytorch":
-              "Memory outside PyTorch", "capacity_cap": "A capacity cap"}
-    return html.Div([verdict_card(o, titles[o["verdict"]] + (f" at event {o['event']}" if o.get("event") is not None
-                                                            else "")) for o in ooms])
-
-
 def register(app, app_ctx) -> None:
     snapshot_export.register(app, app_ctx, view_of)
+    snapshot_oom.register(app, app_ctx, page_sid)
+    snapshot_device.register(app, app_ctx, view_of, timeline)
 
     @app.callback(Output(ids.SNAPSHOT_URL, "search"), Output(ids.SEGMENT_MAP, "figure"), Output(ids.GAP_HISTOGRAM, "figure"),
                   Output(ids.EVENT_INFO, "children"), Output(ids.EVENT, "value"), Output(ids.SEGMENT_AXIS, "figure"),
+                  Output(ids.DEVICE, "value"),
                   Input(ids.TIMELINE, "clickData"), Input(ids.PREV, "n_clicks"), Input(ids.NEXT, "n_clicks"),
                   Input(ids.EVENT, "value"), Input(ids.DEVICE, "value"), Input(ids.MARK_SIZE, "value"),
                   Input(ids.SNAPSHOT_URL, "search"), State(ids.SNAPSHOT_URL, "pathname"), State(ids.TIMELINE_AXIS, "value"),
@@ -245,9 +237,11 @@ def register(app, app_ctx) -> None:
         # Only a choice made on the page goes into the URL: the URL itself (loaded, or reached by Back) is never
         # rewritten, or a URL without an event would gain one and Back would land on the same page again.
         navigated = trigger in (None, ids.SNAPSHOT_URL)
+        # A URL reached by a link or Back may name another device: the picker follows it (and with it the
+        # cards that follow the picker: the OOM verdicts, the sites at the peak).
         return (no_update if new_search == search or navigated else new_search,
                 seg_map, hist, info, (no_update if typed == event else event),
-                figures.segment_axis_figure(segments, rows))
+                figures.segment_axis_figure(segments, rows), (no_update if device == cur_device else cur_device))
 
     # The sites table and the icicle follow a moment later, so that the segment map and the histogram of a
     # new event are drawn first (the browser draws one thing at a time).
@@ -349,11 +343,6 @@ def register(app, app_ctx) -> None:
                           + (f", requested {fb(block.requested_size)}" if block.requested_size else ""))
             stack = block.stack
         return html.Div([head, _frames_view(app_ctx.views.frames(sid, stack), "all" in (show_all or []))]), source
-
-    @app.callback(Output(ids.OOM_VERDICT, "children"), Input(ids.SNAPSHOT_URL, "pathname"))
-    def verdicts(pathname):
-        sid = page_sid(pathname)
-        return _verdicts(app_ctx.views.doctor(sid)) if sid is not None else no_update
 
     @app.callback(Output(ids.SITES_PEAK, "data"), Output(ids.SITES_PEAK, "tooltip_data"),
                   Output(ids.SITES_PEAK_INFO, "children"), Input(ids.DEVICE, "value"),

@@ -1,13 +1,15 @@
-"""The what-if page: the recorded workload under other settings and device sizes, simulated in the background
-(the app's own job runner), drawn from the series the free-run records, next to the recording's figures.
+"""The what-if page: /whatif/<id>?device=N. The recorded workload of one device, picked on the page, under other
+settings and device sizes, simulated in the background (the app's own job runner), drawn from the series the
+free-run records, next to the recording's figures; the results name their device.
 
 A device whose trace holds no workload gets the reason, and no Simulate button: nothing is drawn that was
-not computed."""
+not computed. Without a device in the URL the page opens on the device of the first OOM (as the snapshot page
+does); only a device picked on the page goes into the URL."""
 from __future__ import annotations
 
 from typing import Any
 
-from dash import Input, Output, State, dcc, html, no_update
+from dash import Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 
 from fragviz.allocator.config import parse_alloc_conf
 from fragviz.errors import FragvizError
@@ -15,7 +17,7 @@ from fragviz.store.records import Summary
 from fragviz.simulate.whatif import UNKNOWN, refusal_for, simulate_device
 from fragviz.ui import figures, ids
 from fragviz.ui.jobs import Job
-from fragviz.ui.pages.common import card, error_panel, fb, header, query_int
+from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, opening_device, query_int
 from fragviz.ui.pages.snapshot import sid_of
 from fragviz.units import parse_size
 
@@ -28,12 +30,30 @@ def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
         row = app_ctx.reader.snapshot_row(sid)
     except FragvizError as exc:
         return html.Div([header(), html.Main(className="fv-main", children=[error_panel(str(exc))])])
-    device = query_int(search, "device")
-    device = device if device in row.devices else (row.devices[0] if row.devices else 0)
-    title = html.H2(["What if… ", dcc.Link(row.name.rsplit("/", 1)[-1], href=f"/snapshots/{sid}?device={device}")])
-    reason = _refusal(row.summary, device)
-    body = [_cannot(reason)] if reason else _controls(device)
-    return html.Div([header(), html.Main(className="fv-main", children=[title, *body])])
+    device = opening_device(row.devices, row.summary, query_int(search, "device"))
+    title = html.H2(["What if… ", dcc.Link(row.name.rsplit("/", 1)[-1], id=ids.WHATIF_SNAPSHOT_LINK,
+                                           href=snapshot_href(sid, device))])
+    return html.Div([dcc.Location(id=ids.WHATIF_URL, refresh="callback-nav"), header(),
+                     html.Main(className="fv-main", children=[
+                         title, device_picker(row.devices, device),
+                         html.Div(id=ids.WHATIF_BODY, children=body(row.summary, device))])])
+
+
+def snapshot_href(sid: int, device: int) -> str:
+    return f"/snapshots/{sid}" + make_search(device=device)
+
+
+def device_picker(devices: list[int], device: int) -> html.Div:
+    options = [{"label": f"cuda:{d}", "value": d} for d in devices] or [{"label": "cuda:0", "value": 0}]
+    return html.Div(className="fv-controls", children=[html.Label([
+        "device ", dcc.Dropdown(id=ids.WHATIF_DEVICE, options=options, value=device, clearable=False,
+                                className="fv-device")])])
+
+
+def body(summary: Summary, device: int) -> list:
+    """What the page shows for `device`: the settings to simulate under, or why its trace cannot be simulated."""
+    reason = _refusal(summary, device)
+    return [_cannot(reason)] if reason else _controls(device)
 
 
 def _refusal(summary: Summary, device: int) -> str | None:
@@ -59,9 +79,10 @@ def _controls(device: int) -> list:
                                                     className="fv-memory")]),
             html.Button("Simulate", id=ids.WHATIF_RUN, n_clicks=0, className="fv-primary"),
         ]), html.Div(id=ids.WHATIF_STATUS, className="fv-status", **{"aria-live": "polite"}),
-            dcc.Store(id="whatif-job"), dcc.Store(id="whatif-device", data=device),
+            dcc.Store(id=ids.WHATIF_JOB),
             dcc.Interval(id=ids.WHATIF_POLL, interval=400, disabled=True)),
-        card("Reserved memory and fragmentation: recorded and simulated", dcc.Graph(id=ids.WHATIF_FIGURE)),
+        card(f"Reserved memory and fragmentation on cuda:{device}: recorded and simulated",
+             dcc.Graph(id=ids.WHATIF_FIGURE)),
     ]
 
 
@@ -84,7 +105,7 @@ def _ooms(run: dict[str, Any], known: bool) -> str:
 def _result_panel(d: dict[str, Any]) -> html.Div:
     """The recording and the simulations side by side, then what the simulation can claim."""
     if d["status"] != "simulated":
-        return html.Div(["Cannot simulate: ", d["reason"], "."], className="fv-cannot")
+        return html.Div([f"Cannot simulate cuda:{d['device']}: ", d["reason"], "."], className="fv-cannot")
     known = d["device_memory"]["bytes"] is not None
     rows = [("recorded", d["recorded"], True), ("simulated, recorded settings", d["baseline"], known),
             (f"simulated, {d['alloc_conf']}", d, known)]
@@ -97,13 +118,39 @@ def _result_panel(d: dict[str, Any]) -> html.Div:
     claim = html.P([html.Strong("Cannot tell: " if d["outcome"] == UNKNOWN else "Result: "), d["claim"], "."],
                    className="fv-claim")
     notes = [html.P(["Note: ", n], className="fv-note") for n in d["start"]["notes"]]
-    return html.Div([html.P(memory), table, claim, *notes])
+    where = html.P(f"On cuda:{d['device']}: its recorded run, and its workload simulated.",
+                   className="fv-whatif-device")
+    return html.Div([where, html.P(memory), table, claim, *notes])
+
+
+def _page_sid(pathname: str | None) -> int | None:
+    """The snapshot id of a what-if page's path; None off one (the page's own Location hears a jump away)."""
+    return sid_of(pathname) if (pathname or "").startswith("/whatif/") else None
 
 
 def register(app, app_ctx) -> None:
-    @app.callback(Output("whatif-job", "data"), Output(ids.WHATIF_POLL, "disabled"), Output(ids.WHATIF_STATUS, "children"),
+    @app.callback(Output(ids.WHATIF_BODY, "children"), Output(ids.WHATIF_URL, "search"),
+                  Output(ids.WHATIF_DEVICE, "value"), Output(ids.WHATIF_SNAPSHOT_LINK, "href"),
+                  Input(ids.WHATIF_DEVICE, "value"), Input(ids.WHATIF_URL, "search"),
+                  State(ids.WHATIF_URL, "pathname"), prevent_initial_call=True)
+    def choose_device(picked, search, pathname):
+        # A device picked on the page goes into the URL (a history entry); a URL reached by Back or Forward
+        # moves the picker. The URL is never rewritten otherwise (see the snapshot page).
+        sid = _page_sid(pathname)
+        if sid is None:
+            return no_update, no_update, no_update, no_update
+        row = app_ctx.reader.snapshot_row(sid)
+        from_url = opening_device(row.devices, row.summary, query_int(search, "device"))
+        chose = dash_ctx.triggered_id == ids.WHATIF_DEVICE and picked is not None
+        device = picked if chose else from_url
+        new_search = make_search(device=device)
+        return (body(row.summary, device), new_search if chose and new_search != search else no_update,
+                no_update if device == picked else device, snapshot_href(sid, device))
+
+    @app.callback(Output(ids.WHATIF_JOB, "data"), Output(ids.WHATIF_POLL, "disabled"),
+                  Output(ids.WHATIF_STATUS, "children"),
                   Input(ids.WHATIF_RUN, "n_clicks"), State(ids.WHATIF_CONF, "value"), State(ids.WHATIF_MEMORY, "value"),
-                  State("whatif-device", "data"), State(ids.URL, "pathname"), prevent_initial_call=True)
+                  State(ids.WHATIF_DEVICE, "value"), State(ids.URL, "pathname"), prevent_initial_call=True)
     def run(_, conf, memory, device, pathname):
         try:
             parse_alloc_conf(conf or "")
@@ -112,13 +159,13 @@ def register(app, app_ctx) -> None:
             job = app_ctx.jobs.start(lambda j: _simulate(app_ctx, sid, device, conf or "", capacity, j), "whatif")
         except FragvizError as exc:
             return no_update, True, error_panel(str(exc))
-        return job, False, html.Div([html.Progress(value="0", max="100"), " simulating…"])
+        return job, False, html.Div([html.Progress(value="0", max="100"), f" simulating cuda:{device}…"])
 
     @app.callback(Output(ids.WHATIF_STATUS, "children", allow_duplicate=True), Output(ids.WHATIF_FIGURE, "figure"),
                   Output(ids.WHATIF_POLL, "disabled", allow_duplicate=True),
-                  Input(ids.WHATIF_POLL, "n_intervals"), State("whatif-job", "data"),
-                  State("whatif-device", "data"), State(ids.URL, "pathname"), prevent_initial_call=True)
-    def poll(_, job_id, device, pathname):
+                  Input(ids.WHATIF_POLL, "n_intervals"), State(ids.WHATIF_JOB, "data"),
+                  State(ids.URL, "pathname"), prevent_initial_call=True)
+    def poll(_, job_id, pathname):
         job = app_ctx.jobs.read(job_id or "")
         if job is None:
             return no_update, no_update, True
@@ -130,6 +177,7 @@ def register(app, app_ctx) -> None:
         result, curve = job.result
         if curve is None:
             return _result_panel(result), no_update, True
-        recorded = app_ctx.reader.timeline(sid_of(pathname), device, max_points=MAX_POINTS)
+        # the device the job ran on, whatever the picker says now
+        recorded = app_ctx.reader.timeline(sid_of(pathname), result["device"], max_points=MAX_POINTS)
         ooms = [o["event"] for o in result["recorded"]["ooms"]]
         return _result_panel(result), figures.overlay_figure(recorded, curve, result["alloc_conf"], ooms), True
