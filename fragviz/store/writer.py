@@ -141,6 +141,9 @@ def replace_figures(store: Store, sid: int, devices: Iterable[tuple[int, Iterabl
     """A snapshot's series, level-of-detail tables and summary recomputed (device, series chunks, (bucket, lod)),
     written in one transaction that also takes the snapshot off the stale list."""
     with store.writing() as conn:
+        taken = conn.execute(t.stale_figures.delete().where(t.stale_figures.c.snapshot_id == sid)).rowcount
+        if not taken:  # another process refreshed it first (its delete held the row until it committed)
+            return
         for device, series_chunks, series_lod in devices:
             key = {"snapshot_id": sid, "device": device}
             for table in (t.series_chunks, t.series_lod):
@@ -148,7 +151,6 @@ def replace_figures(store: Store, sid: int, devices: Iterable[tuple[int, Iterabl
             _insert_blobs(conn, t.series_chunks, ({**key, "chunk": c, "data": b} for c, b in enumerate(series_chunks)))
             _insert_blobs(conn, t.series_lod, ({**key, "bucket": k, "data": b} for k, b in series_lod))
         conn.execute(t.snapshots.update().where(t.snapshots.c.id == sid).values(summary=summary.to_json()))
-        conn.execute(t.stale_figures.delete().where(t.stale_figures.c.snapshot_id == sid))
 
 
 def _insert_blobs(conn: Connection, table: Table, rows: Iterable[dict[str, Any]]) -> None:
