@@ -26,10 +26,12 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_RUN_PORT = 9400
 
 STATS_DEVICE_KEYS = ("device", "allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes",
-                     "inactive_split_bytes", "num_alloc_retries", "num_ooms", "device_total_bytes",
-                     "device_free_bytes", "nvml_used_bytes", "largest_free_block", "fragmentation", "processes")
+                     "inactive_split_bytes", "non_releasable_bytes", "num_alloc_retries", "num_ooms",
+                     "device_total_bytes", "device_free_bytes", "nvml_used_bytes", "largest_free_block",
+                     "fragmentation", "free_scatter", "processes")
 OPTIONAL_DEVICE_KEYS = ("device_total_bytes", "device_free_bytes", "nvml_used_bytes")  # null where unknown
-COUNT_KEYS = tuple(k for k in STATS_DEVICE_KEYS if k not in ("device", "fragmentation", "processes"))
+RATIO_KEYS = ("fragmentation", "free_scatter")
+COUNT_KEYS = tuple(k for k in STATS_DEVICE_KEYS if k not in ("device", "processes") + RATIO_KEYS)
 
 # (stats key, metric name, type, help). Counters end in _total, as the exposition format asks.
 DEVICE_METRICS = (
@@ -38,7 +40,9 @@ DEVICE_METRICS = (
     ("active_bytes", "fragviz_active_bytes", "gauge", "Bytes in active blocks (allocated or waiting to be freed)"),
     ("requested_bytes", "fragviz_requested_bytes", "gauge", "Bytes the program asked for (before rounding)"),
     ("inactive_split_bytes", "fragviz_inactive_split_bytes", "gauge",
-     "Cached free bytes in split blocks: memory that fragmentation keeps from being released"),
+     "Cached free bytes in split blocks, as memory_stats() counts them (expandable segments excluded)"),
+    ("non_releasable_bytes", "fragviz_non_releasable_bytes", "gauge",
+     "Cached free bytes that empty_cache() could not give back: stuck between live blocks"),
     ("num_alloc_retries", "fragviz_alloc_retries_total", "counter",
      "Device allocations retried after freeing the cache"),
     ("num_ooms", "fragviz_ooms_total", "counter", "Out-of-memory errors raised by the allocator"),
@@ -46,9 +50,12 @@ DEVICE_METRICS = (
     ("device_free_bytes", "fragviz_device_free_bytes", "gauge", "Memory of the device not in use by anyone"),
     ("nvml_used_bytes", "fragviz_nvml_used_bytes", "gauge",
      "Device memory in use as NVML sees it (all processes, CUDA contexts included)"),
-    ("largest_free_block", "fragviz_largest_free_block_bytes", "gauge", "Largest cached free block"),
+    ("largest_free_block", "fragviz_largest_free_block_bytes", "gauge",
+     "Largest cached free block: the largest request the cache can serve without the driver"),
     ("fragmentation", "fragviz_fragmentation_ratio", "gauge",
-     "1 - largest free block / cached free bytes (0: one gap, near 1: dust)"),
+     "Non-releasable bytes / reserved bytes (0: every cached free byte could be given back)"),
+    ("free_scatter", "fragviz_free_scatter_ratio", "gauge",
+     "1 - largest free block / cached free bytes, whole free segments included (secondary)"),
 )
 AGENT_METRICS = (
     ("polls", "fragviz_agent_polls_total", "counter", "Statistics collections served by the agent"),
@@ -68,12 +75,25 @@ def check_stats(data: Any) -> dict[str, Any]:
     for dev in data["devices"]:
         if not isinstance(dev, dict) or not _is_int(dev.get("device")):
             raise ValueError("not a fragviz agent: a device without its index")
+        if "non_releasable_bytes" not in dev:
+            _from_an_older_agent(dev)
         for key in COUNT_KEYS:
             if not _is_int(dev.get(key)) and not (key in OPTIONAL_DEVICE_KEYS and dev.get(key) is None):
                 raise ValueError(f"not a fragviz agent: {key} is not a count")
-        if not isinstance(dev.get("fragmentation"), (int, float)) or isinstance(dev.get("fragmentation"), bool):
-            raise ValueError("not a fragviz agent: fragmentation is not a number")
+        for key in RATIO_KEYS:
+            if not isinstance(dev.get(key), (int, float)) or isinstance(dev.get(key), bool):
+                raise ValueError(f"not a fragviz agent: {key} is not a number")
     return data
+
+
+def _from_an_older_agent(dev: dict[str, Any]) -> None:
+    """An agent from before fragmentation meant non-releasable / reserved bytes: its inactive split is that
+    figure (memory_stats() counts it so), and what it called fragmentation is the free scatter."""
+    stuck, reserved = dev.get("inactive_split_bytes"), dev.get("reserved_bytes")
+    if _is_int(stuck) and _is_int(reserved):
+        dev["free_scatter"] = dev.get("fragmentation")
+        dev["non_releasable_bytes"] = stuck
+        dev["fragmentation"] = stuck / reserved if reserved else 0.0
 
 
 def _is_int(value: Any) -> bool:

@@ -12,7 +12,7 @@ import threading
 from contextlib import ExitStack
 from typing import Any, Protocol
 
-from fragviz.metrics import fragmentation
+from fragviz.metrics import expandable_page, fragmentation, free_scatter, stuck_in_gap
 from fragviz.live.nvml import Nvml
 
 
@@ -47,6 +47,25 @@ def gap_figures(segments: list[dict[str, Any]]) -> tuple[int, int]:
     """(cached free bytes, largest free block) of PyTorch-format segments."""
     gaps = [b["size"] for seg in segments for b in seg.get("blocks", ()) if b["state"] == "inactive"]
     return sum(gaps), max(gaps, default=0)
+
+
+def expandable_non_releasable(segments: list[dict[str, Any]]) -> int:
+    """Free bytes of PyTorch-format expandable segments that releasing could not unmap (the partial pages at each
+    free block's ends): memory_stats()'s inactive_split leaves expandable segments out."""
+    out = 0
+    for seg in segments:
+        if not seg.get("is_expandable"):
+            continue
+        page, cursor = expandable_page(seg.get("segment_type", "large")), seg["address"]
+        for b in seg.get("blocks", ()):
+            if b["state"] == "inactive":
+                out += stuck_in_gap(cursor, cursor + b["size"], seg["address"], page)
+            cursor += b["size"]
+    return out
+
+
+def ratios(non_releasable: int, reserved: int, free: int, largest: int) -> dict[str, float]:
+    return {"fragmentation": fragmentation(non_releasable, reserved), "free_scatter": free_scatter(free, largest)}
 
 
 class SimulatedSource:
@@ -93,13 +112,14 @@ class SimulatedSource:
     def device_stats(self) -> list[dict[str, Any]]:
         with self.device.lock:
             a = self.device.alloc
-            free, largest = a.free_bytes(), a.largest_free_block()
+            free, largest, stuck = a.free_bytes(), a.largest_free_block(), a.non_releasable_bytes()
             stats = {"device": a.device, "allocated_bytes": a.active_bytes - a.pending_bytes(),
                      "reserved_bytes": a.reserved, "active_bytes": a.active_bytes, "requested_bytes": a.requested,
-                     "inactive_split_bytes": a.inactive_split_bytes(), "num_alloc_retries": a.num_alloc_retries,
+                     "inactive_split_bytes": a.inactive_split_bytes(), "non_releasable_bytes": stuck,
+                     "num_alloc_retries": a.num_alloc_retries,
                      "num_ooms": a.num_ooms, "device_total_bytes": a.capacity, "device_free_bytes": a.device_free(),
                      "nvml_used_bytes": None, "largest_free_block": largest,
-                     "fragmentation": fragmentation(free, largest), "processes": []}
+                     **ratios(stuck, a.reserved, free, largest), "processes": []}
         return [stats]
 
     def snapshot(self, trace: bool) -> bytes:
@@ -163,17 +183,19 @@ class CudaSource:
     def _stats(self, device: int, segments: list[dict[str, Any]]) -> dict[str, Any]:
         s = self.torch.cuda.memory_stats(device)
         free, largest = gap_figures(segments)
+        reserved = s.get("reserved_bytes.all.current", 0)
+        stuck = s.get("inactive_split_bytes.all.current", 0) + expandable_non_releasable(segments)
         nv = self.nvml.memory(device, self._uuid(device))
         total, dev_free = (nv["total"], nv["free"]) if nv else self.torch.cuda.mem_get_info(device)[::-1]
         return {"device": device, "allocated_bytes": s.get("allocated_bytes.all.current", 0),
-                "reserved_bytes": s.get("reserved_bytes.all.current", 0),
+                "reserved_bytes": reserved,
                 "active_bytes": s.get("active_bytes.all.current", 0),
                 "requested_bytes": s.get("requested_bytes.all.current", 0),
-                "inactive_split_bytes": s.get("inactive_split_bytes.all.current", 0),
+                "inactive_split_bytes": s.get("inactive_split_bytes.all.current", 0), "non_releasable_bytes": stuck,
                 "num_alloc_retries": s.get("num_alloc_retries", 0), "num_ooms": s.get("num_ooms", 0),
                 "device_total_bytes": int(total), "device_free_bytes": int(dev_free),
                 "nvml_used_bytes": nv["used"] if nv else None, "largest_free_block": largest,
-                "fragmentation": fragmentation(free, largest), "processes": nv["processes"] if nv else []}
+                **ratios(stuck, reserved, free, largest), "processes": nv["processes"] if nv else []}
 
     def _uuid(self, device: int) -> str | None:
         uuid = getattr(self.torch.cuda.get_device_properties(device), "uuid", None)

@@ -24,7 +24,7 @@ SAMPLE_FIELDS = (("allocated_bytes", "allocated"), ("requested_bytes", "requeste
                  ("num_alloc_retries", "alloc_retries"), ("num_ooms", "ooms"),
                  ("device_total_bytes", "device_total"), ("device_free_bytes", "device_free"),
                  ("nvml_used_bytes", "nvml_used"), ("largest_free_block", "largest_free"),
-                 ("fragmentation", "fragmentation"))
+                 ("fragmentation", "fragmentation"), ("non_releasable_bytes", "non_releasable"))
 SAMPLE_COLUMNS = ("id", "t", "device", "pid", "gap") + tuple(c for _, c in SAMPLE_FIELDS)
 
 

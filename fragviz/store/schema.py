@@ -37,6 +37,7 @@ non-releasable bytes to the series:
   stale_figures                     snapshots whose series, level-of-detail tables and summary were stored before
                                     that: every snapshot of an older store. fragviz.upgrade recomputes them from the
                                     stored trace and checkpoints and removes the row, one snapshot at a time
+  live_samples.non_releasable       (the agent's non_releasable_bytes; older samples take their inactive_split)
 
 STEPS[v] are the tables version v adds; a store is brought from version v to v + 1 in one transaction when
 it is opened for writing (or, for reading, when it can be written).
@@ -46,7 +47,7 @@ from __future__ import annotations
 from typing import Callable
 
 from sqlalchemy import (BigInteger, Column, Connection, Float, ForeignKey, ForeignKeyConstraint, Index, Integer,
-                        LargeBinary, MetaData, PrimaryKeyConstraint, Table, Text, UniqueConstraint, select)
+                        LargeBinary, MetaData, PrimaryKeyConstraint, Table, Text, UniqueConstraint, inspect, select, text)
 
 SCHEMA_VERSION = 5
 
@@ -132,6 +133,7 @@ live_samples = Table(
     *(Column(name, BigInteger, nullable=False) for name in SAMPLE_FIGURES),
     Column("device_total", BigInteger), Column("device_free", BigInteger), Column("nvml_used", BigInteger),
     Column("largest_free", BigInteger, nullable=False), Column("fragmentation", Float, nullable=False),
+    Column("non_releasable", BigInteger),  # version 5 (before it, fragmentation was the free scatter)
     Index("live_samples_by_attachment", "attachment_id", "id"))
 live_events = Table(
     "live_events", metadata, Column("id", Integer, primary_key=True),
@@ -162,11 +164,17 @@ stale_figures = _owned("stale_figures", key=())
 V5 = (stale_figures,)
 
 
-def _mark_every_snapshot_stale(conn: Connection) -> None:
+def _to_version_5(conn: Connection) -> None:
+    """Every stored snapshot's figures are stale; live samples gain their non-releasable bytes, which the agents
+    reported as inactive_split (memory_stats()'s own figure), and fragmentation takes its new meaning from it."""
     conn.execute(stale_figures.insert().from_select(["snapshot_id"], select(snapshots.c.id)))
+    if "non_releasable" not in {c["name"] for c in inspect(conn).get_columns("live_samples")}:  # made before 5
+        conn.execute(text("ALTER TABLE live_samples ADD COLUMN non_releasable BIGINT"))
+    conn.execute(text("UPDATE live_samples SET non_releasable = inactive_split, fragmentation = CASE WHEN "
+                      "reserved > 0 THEN CAST(inactive_split AS FLOAT) / reserved ELSE 0 END"))
 
 
 # STEPS[v]: the tables version v adds (a store at version v - 1 is brought to v by creating them), then
 # FILLS[v], where the step also rewrites rows, in the same transaction
 STEPS: dict[int, tuple[Table, ...]] = {1: V1, 2: V2, 3: V3, 4: V4, 5: V5}
-FILLS: dict[int, Callable[[Connection], None]] = {5: _mark_every_snapshot_stale}
+FILLS: dict[int, Callable[[Connection], None]] = {5: _to_version_5}

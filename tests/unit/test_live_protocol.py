@@ -18,9 +18,11 @@ MiB = 1024 * 1024
 
 def device(dev: int, **over) -> dict:
     d = {"device": dev, "allocated_bytes": 3 * MiB, "reserved_bytes": 8 * MiB, "active_bytes": 4 * MiB,
-         "requested_bytes": 3 * MiB - 100, "inactive_split_bytes": 2 * MiB, "num_alloc_retries": 1, "num_ooms": 2,
+         "requested_bytes": 3 * MiB - 100, "inactive_split_bytes": 2 * MiB, "non_releasable_bytes": 2 * MiB,
+         "num_alloc_retries": 1, "num_ooms": 2,
          "device_total_bytes": 80 * 1024 * MiB, "device_free_bytes": 80 * 1024 * MiB - 8 * MiB,
-         "nvml_used_bytes": None, "largest_free_block": 3 * MiB, "fragmentation": 0.25, "processes": []}
+         "nvml_used_bytes": None, "largest_free_block": 3 * MiB, "fragmentation": 0.25, "free_scatter": 0.25,
+         "processes": []}
     d.update(over)
     assert set(d) == set(STATS_DEVICE_KEYS)
     return d
@@ -70,6 +72,8 @@ def test_device_samples_carry_device_and_rank_labels_with_the_stats_values():
     assert values[("fragviz_fragmentation_ratio", (("device", "1"), ("rank", "3")))] == 0.5
     assert values[("fragviz_requested_bytes", (("device", "0"), ("rank", "3")))] == 3 * MiB - 100
     assert values[("fragviz_largest_free_block_bytes", (("device", "0"), ("rank", "3")))] == 3 * MiB
+    assert values[("fragviz_non_releasable_bytes", (("device", "0"), ("rank", "3")))] == 2 * MiB
+    assert values[("fragviz_free_scatter_ratio", (("device", "0"), ("rank", "3")))] == 0.25
     assert values[("fragviz_agent_polls_total", (("rank", "3"),))] == 7
     assert values[("fragviz_agent_cpu_seconds_total", (("rank", "3"),))] == 0.125
     assert values[("fragviz_agent_errors_total", (("rank", "3"),))] == 1
@@ -239,9 +243,9 @@ def test_parse_duration_errors_are_one_line_usage_errors(text):
 
 def _stats(**device):
     dev = {"device": 0, "allocated_bytes": 1, "reserved_bytes": 2, "active_bytes": 1, "requested_bytes": 1,
-           "inactive_split_bytes": 0, "num_alloc_retries": 0, "num_ooms": 0, "device_total_bytes": None,
-           "device_free_bytes": None, "nvml_used_bytes": None, "largest_free_block": 1, "fragmentation": 0.0,
-           "processes": []}
+           "inactive_split_bytes": 0, "non_releasable_bytes": 0, "num_alloc_retries": 0, "num_ooms": 0,
+           "device_total_bytes": None, "device_free_bytes": None, "nvml_used_bytes": None, "largest_free_block": 1,
+           "fragmentation": 0.0, "free_scatter": 0.0, "processes": []}
     dev.update(device)
     return {"time": 1.0, "pid": 7, "simulated": True, "devices": [dev], "agent": {"polls": 1, "cpu_seconds": 0.0}}
 
@@ -253,10 +257,23 @@ def test_check_stats_accepts_the_agents_object():
     assert check_stats(data) is data
 
 
+def test_an_older_agents_stats_read_with_the_new_figure():
+    """An agent from before the figure changed reports inactive_split (the same bytes) and the free scatter as
+    fragmentation: the poller records the figure in its new meaning."""
+    from fragviz.live.protocol import check_stats
+
+    data = _stats(inactive_split_bytes=1, reserved_bytes=4, fragmentation=0.9)
+    for key in ("non_releasable_bytes", "free_scatter"):
+        del data["devices"][0][key]
+    dev = check_stats(data)["devices"][0]
+    assert (dev["non_releasable_bytes"], dev["fragmentation"], dev["free_scatter"]) == (1, 0.25, 0.9)
+
+
 @pytest.mark.parametrize("bad", [
     [], {"devices": []}, {"time": 1.0, "pid": "7", "devices": []}, {"time": "now", "pid": 7, "devices": []},
     _stats(reserved_bytes="2"), _stats(reserved_bytes=2**63), _stats(reserved_bytes=-1), _stats(allocated_bytes=None),
     _stats(num_ooms=True), _stats(fragmentation="0.5"), _stats(device=None), _stats(largest_free_block=1.5),
+    _stats(non_releasable_bytes=None), _stats(free_scatter=None),
 ])
 def test_check_stats_refuses_what_the_store_could_not_hold(bad):
     from fragviz.live.protocol import check_stats
