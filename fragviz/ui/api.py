@@ -271,14 +271,23 @@ def snapshot_entry(row) -> dict[str, Any]:
             "added_at": row.added_at, "content_hash": row.content_hash,
             "reserved_bytes": sum(d.reserved_bytes for d in devices),
             "peak_reserved_bytes": sum(d.peak_reserved_bytes for d in devices),
+            "fragmentation": worst_fragmentation(devices),
             "ooms": row.summary.ooms, "warnings": len(row.warnings)}
+
+
+def worst_fragmentation(devices) -> float | None:
+    """The highest fragmentation of a snapshot's devices at the end (a ratio is not summed over devices); None
+    where no device's was recorded (a summary stored before the figure existed)."""
+    values = [d.fragmentation for d in devices if d.fragmentation is not None]
+    return max(values) if values else None
 
 
 def state_json(segments, figures, event: int, device: int) -> dict[str, Any]:
     return {"device": device, "event": event, "reserved_bytes": figures.reserved_bytes,
             "allocated_bytes": figures.allocated_bytes, "requested_bytes": figures.requested_bytes,
             "free_bytes": figures.free_bytes, "largest_free_block": figures.largest_free_block,
-            "fragmentation": figures.fragmentation,
+            "non_releasable_bytes": figures.non_releasable_bytes, "fragmentation": figures.fragmentation,
+            "free_scatter": figures.free_scatter,
             "segments": [{"address": s.address, "total_size": s.total_size, "stream": s.stream, "pool": s.pool,
                           "is_expandable": s.is_expandable,
                           "blocks": [{"address": b.address, "size": b.size, "requested_size": b.requested_size,

@@ -67,7 +67,8 @@ def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: in
     fig.add_trace(go.Scatter(x=x, y=np.asarray(tl["fragmentation_max"]), mode="lines", name="fragmentation",
                              yaxis="y2", line=dict(width=1, color=COLORS["fragmentation"], dash="dot", shape="hv"),
                              customdata=custom,
-                             hovertemplate=f"fragmentation %{{y:.1%}}<extra>{when}</extra>"))
+                             hovertemplate=f"fragmentation %{{y:.1%}} of reserved is free but non-releasable"
+                                           f"<extra>{when}</extra>"))
     to_x = (lambda events: np.interp(events, starts, seconds)) if timed else (lambda events: events)
     _add_markers(fig, {k: list(to_x(np.asarray(v))) if v else [] for k, v in markers.items()},
                  {k: v for k, v in markers.items()} if timed else None)

@@ -20,7 +20,7 @@ LIVE_TRACES = (
     ("requested", "requested", "y"),
     ("reserved", "reserved", "y"),
     ("NVML used (band above reserved: outside PyTorch)", "nvml_used", "y"),
-    ("largest free gap", "largest_free", "y"),
+    ("largest request the cache can serve", "largest_free", "y"),
     ("fragmentation", "fragmentation", "y2"),
     ("OOM", "reserved", "y"),
 )

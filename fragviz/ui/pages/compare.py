@@ -72,8 +72,11 @@ def _state(app_ctx, sid: int, device: int | None, event: int | None):
 def _summary(label: str, row, device: int, fig, k: int) -> html.Section:
     return card(f"{label}: {row.name.rsplit('/', 1)[-1]}, cuda:{device}, after {k} events", html.Dl([
         c for name, v in (("reserved", fb(fig.reserved_bytes)), ("allocated", fb(fig.allocated_bytes)),
-                          ("cached free", fb(fig.free_bytes)), ("largest free block", fb(fig.largest_free_block)),
-                          ("fragmentation", f"{fig.fragmentation:.1%}"), ("segments", str(fig.segments)))
+                          ("fragmentation", f"{fig.fragmentation:.1%}"),
+                          ("non-releasable", fb(fig.non_releasable_bytes)),
+                          ("largest request the cache can serve", fb(fig.largest_free_block)),
+                          ("cached free", fb(fig.free_bytes)), ("free scatter", f"{fig.free_scatter:.1%}"),
+                          ("segments", str(fig.segments)))
         for c in (html.Dt(name), html.Dd(v))]))
 
 
