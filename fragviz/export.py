@@ -38,7 +38,8 @@ SNAPSHOT_SUFFIXES = (".gz", ".pickle", ".pkl", ".json", ".pt")
 COLUMNS: dict[str, dict[str, str]] = {
     "series": {"device": "int64", "event": "int64", "time_us": "Int64", "allocated_bytes": "int64",
                "requested_bytes": "int64", "reserved_bytes": "int64", "free_bytes": "int64",
-               "largest_free_block": "int64", "fragmentation": "float64"},
+               "largest_free_block": "int64", "non_releasable_bytes": "int64", "fragmentation": "float64",
+               "free_scatter": "float64"},
     "allocations": {"device": "int64", "address": "int64", "size": "int64", "requested_size": "int64",
                     "stream": "int64", "start_event": "int64", "end_event": "Int64", "start_us": "Int64",
                     "end_us": "Int64", "site": "string", "kind": "string", "stack": "string"},
@@ -131,8 +132,10 @@ def _series(reader: Library, sid: int, device: int) -> dict[str, object]:
     return {"device": np.full(states, device, np.int64), "event": np.arange(states, dtype=np.int64),
             "time_us": _state_times(reader, sid, device, states),
             "allocated_bytes": figures["allocated"], "requested_bytes": figures["requested"],
-            "reserved_bytes": figures["reserved"], "free_bytes": figures["free"], "largest_free_block": series["largest_gap"],
-            "fragmentation": figures["fragmentation"].astype(np.float64)}
+            "reserved_bytes": figures["reserved"], "free_bytes": figures["free"],
+            "largest_free_block": series["largest_gap"], "non_releasable_bytes": figures["non_releasable"],
+            "fragmentation": figures["fragmentation"].astype(np.float64),
+            "free_scatter": figures["free_scatter"].astype(np.float64)}
 
 
 def _state_times(reader: Library, sid: int, device: int, states: int) -> pd.arrays.IntegerArray:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -32,7 +33,8 @@ WHATS = ("series", "allocations", "segments")
 DTYPES = {
     "series": {"device": "int64", "event": "int64", "time_us": "Int64", "allocated_bytes": "int64",
                "requested_bytes": "int64", "reserved_bytes": "int64", "free_bytes": "int64",
-               "largest_free_block": "int64", "fragmentation": "float64"},
+               "largest_free_block": "int64", "non_releasable_bytes": "int64", "fragmentation": "float64",
+               "free_scatter": "float64"},
     "allocations": {"device": "int64", "address": "int64", "size": "int64", "requested_size": "int64",
                     "stream": "int64", "start_event": "int64", "end_event": "Int64", "start_us": "Int64",
                     "end_us": "Int64", "site": "string", "kind": "string", "stack": "string"},
@@ -136,6 +138,11 @@ def test_series_has_every_state_and_agrees_with_the_report_and_the_replay(export
         assert rows.free_bytes.tolist() == (rows.reserved_bytes - rows.allocated_bytes).tolist()
         assert ((rows.fragmentation >= 0) & (rows.fragmentation <= 1)).all()
         assert (rows.largest_free_block <= rows.free_bytes.clip(lower=0)).all()
+        assert rows.non_releasable_bytes.tolist() == replayed["non_releasable"].tolist()
+        assert int(rows.non_releasable_bytes.iloc[-1]) == d["non_releasable_bytes"]
+        reserved = rows.reserved_bytes.where(rows.reserved_bytes > 0)
+        expected = (rows.non_releasable_bytes / reserved).fillna(0.0)
+        assert np.allclose(rows.fragmentation, expected, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("path", FILES, ids=os.path.basename)
