@@ -1,7 +1,6 @@
 """The report: per-device figures as the `fragviz report --json` object, and a short human summary."""
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -9,12 +8,13 @@ import numpy as np
 from fragviz.analysis import Analysis, trace_totals
 from fragviz.errors import UsageError
 from fragviz.metrics import PendingFrees, PoolFigures, StateFigures, pending_frees, pool_figures, state_figures
-from fragviz.model import NO_STACK, Frame, Segment, Snapshot
+from fragviz.model import Segment, Snapshot
 from fragviz.replay import EXACT_FIGURES, SIZES_NOTE
-from fragviz.snapshot.frames import is_internal, is_user_frame
 from fragviz.summaries import reserved_peak
 from fragviz.units import format_bytes
-from fragviz.usage.kinds import StackKinds, kind_totals
+from fragviz.usage.kinds import kind_totals
+from fragviz.usage.sites import top_sites
+from fragviz.usage.stackless import device_kinds
 
 
 def report_dict(analysis: Analysis, at: int | None = None, device: int | None = None) -> dict[str, Any]:
@@ -58,9 +58,10 @@ def device_report(analysis: Analysis, device: int, at: int | None) -> dict[str, 
     segments, fig = state_at(analysis, device, at)
     totals = trace_totals(snap, device)
     pending = pending_frees(segments)
-    kinds = StackKinds(snap.stack_frames)
+    kinds, stackless = device_kinds(snap, analysis.replays[device].lifetimes())
     peak = peak_requested_state(analysis, device)
     peak_figures = reserved_peak(analysis, device) if len(trace) else None
+    kinds_now, kinds_peak = kind_totals(segments, kinds), kind_totals(state_at(analysis, device, peak)[0], kinds)
     return {
         "device": device,
         "reserved_bytes": fig.reserved_bytes, "allocated_bytes": fig.allocated_bytes,
@@ -74,8 +75,8 @@ def device_report(analysis: Analysis, device: int, at: int | None) -> dict[str, 
         "start_reserved_bytes": totals.start_reserved, "peak_reserved_bytes": totals.peak_reserved,
         "pools": [pool_dict(p) for p in pool_figures(segments)],
         "pending_free_bytes": pending.bytes, "pending_free_blocks": pending.blocks,
-        "kinds": kind_totals(segments, kinds),
-        "kinds_at_peak": kind_totals(state_at(analysis, device, peak)[0], kinds), "peak_requested_state": peak,
+        "kinds": kinds_now, "kinds_at_peak": kinds_peak, "kind_notes": stackless.notes(kinds_now, kinds_peak),
+        "peak_requested_state": peak,
     }
 
 
@@ -139,38 +140,16 @@ def pending_lines(pending: PendingFrees, pools: list[PoolFigures]) -> list[str]:
             "they return to the cache when those streams' work completes"]
 
 
-def top_sites(snapshot: Snapshot, segments: list[Segment], limit: int = 5) -> list[tuple[str, int, int]]:
-    """(site, live bytes, blocks) of the allocation sites holding the most live bytes, largest first."""
-    bytes_by: dict[str, int] = defaultdict(int)
-    count_by: dict[str, int] = defaultdict(int)
-    for seg in segments:
-        for b in seg.blocks:
-            if b.state.is_active:
-                site = site_label(snapshot.stack_frames(b.stack)) if b.stack != NO_STACK else "(no stack recorded)"
-                bytes_by[site] += b.size
-                count_by[site] += 1
-    ranked = sorted(bytes_by.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
-    return [(site, size, count_by[site]) for site, size in ranked]
-
-
-def site_label(frames: list[Frame]) -> str:
-    """The frame a user would look at: the innermost user frame, else Python frame, else non-internal frame."""
-    chosen = next((f for f in frames if is_user_frame(f)), None)
-    chosen = chosen or next((f for f in frames if f.filename.endswith(".py") and not is_internal(f)), None)
-    chosen = chosen or next((f for f in frames if not is_internal(f)), None)
-    if chosen is None:
-        return "(only internal frames)"
-    return f"{chosen.filename}:{chosen.line} {chosen.name}"
-
-
 def _kind_lines(analysis: Analysis, device: int, segments: list[Segment], when: str) -> list[str]:
     snap = analysis.snapshot
-    kinds = StackKinds(snap.stack_frames)
-    out = [f"  by kind      {_kinds_text(kind_totals(segments, kinds))} ({when})"]
+    kinds, stackless = device_kinds(snap, analysis.replays[device].lifetimes())
+    shown = [kind_totals(segments, kinds)]
+    out = [f"  by kind      {_kinds_text(shown[0])} ({when})"]
     if len(snap.trace_of(device)):
         peak = peak_requested_state(analysis, device)
-        out.append(f"  at the peak  {_kinds_text(kind_totals(state_at(analysis, device, peak)[0], kinds))} "
-                   f"(state after {peak} events, most requested bytes)")
+        shown.append(kind_totals(state_at(analysis, device, peak)[0], kinds))
+        out.append(f"  at the peak  {_kinds_text(shown[1])} (state after {peak} events, most requested bytes)")
+    out.extend(f"    {kind}: {note}" for kind, note in stackless.notes(*shown).items())
     return out
 
 
@@ -228,8 +207,8 @@ def _device_text(analysis: Analysis, device: int, at: int | None) -> list[str]:
     if when != "final state":
         lines.append(f"  exact: {', '.join(EXACT_FIGURES)}; inferred: the rest ({SIZES_NOTE})")
     lines.extend(_kind_lines(analysis, device, segments, when))
-    sites = top_sites(snap, segments)
+    sites = top_sites(segments, snap.stack_frames, limit=5)
     if sites:
         lines.append("  top allocation sites by live bytes:")
-        lines.extend(f"    {format_bytes(size):>11}  {n:>5} blocks  {site}" for site, size, n in sites)
+        lines.extend(f"    {format_bytes(s.bytes):>11}  {s.blocks:>5} blocks  {s.site}" for s in sites)
     return lines

@@ -1,6 +1,7 @@
 """Frame and stack interning: every distinct frame and every distinct stack is kept once."""
 from __future__ import annotations
 
+import re
 from operator import itemgetter
 from typing import Any
 
@@ -27,6 +28,34 @@ def is_user_frame(frame: Frame) -> bool:
     if is_internal(frame) or not fn.endswith(".py"):
         return False
     return "/torch/" not in fn and not fn.startswith("<frozen")
+
+
+# The caching allocator's own frames and c10's (PyTorch's core library: the allocator, storage, tensors and the
+# dispatcher): every allocation passes through them, so they never say why memory was allocated.
+_ALLOCATOR_FILES = re.compile(r"CachingAllocator|MallocAsync|libc10(_cuda|_hip)?\.so|[/\\]c10[/\\]")
+_ANONYMOUS = "(anonymous namespace)"
+
+
+def cpp_function(name: str) -> str:
+    """A C++ frame's qualified function name without its return type, template arguments and parameters:
+    "at::Tensor c10::callUnboxedKernelFunction<at::Tensor>(void*)" is "c10::callUnboxedKernelFunction"."""
+    plain, depth = [], 0
+    for ch in name.replace(_ANONYMOUS, "anonymous"):
+        if ch == "(" and depth == 0:  # the parameters (a "(" inside template arguments is a function type's)
+            break
+        depth = max(depth + (ch == "<") - (ch == ">"), 0)  # max: a stray '>' (operator>) cannot unbalance the rest
+        if depth == 0 and ch != ">":
+            plain.append(ch)
+    words = "".join(plain).split()
+    return words[-1] if words else ""
+
+
+def is_allocator_frame(frame: Frame) -> bool:
+    """True for a C++ frame of the caching allocator or of c10 (CUDACachingAllocator.cpp, libc10_cuda.so, any
+    function in namespace c10::, HIP's too). Not c10d (torch.distributed), whose frames name real work."""
+    if frame.filename.endswith(".py"):
+        return False
+    return bool(_ALLOCATOR_FILES.search(frame.filename)) or cpp_function(frame.name).startswith("c10::")
 
 
 def visible_frames(frames: tuple[Frame, ...] | list[Frame], show_all: bool) -> tuple[Frame, ...]:

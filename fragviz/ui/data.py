@@ -8,9 +8,9 @@ from typing import Any
 from fragviz.doctor import diagnose
 from fragviz.metrics import StateFigures
 from fragviz.model import BlockState, Frame, Segment
-from fragviz.report import site_label
 from fragviz.library import Library
 from fragviz.ui.usage_data import UsageViews
+from fragviz.usage.sites import site_label, top_sites
 
 
 class Views:
@@ -39,15 +39,8 @@ class Views:
         return self.reader.device_state(sid, device, event)
 
     def top_sites(self, sid: int, segments: list[Segment], limit: int = 12) -> list[dict[str, Any]]:
-        by_site: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for seg in segments:
-            for b in seg.blocks:
-                if b.state is not BlockState.INACTIVE:
-                    entry = by_site[self.site(sid, b.stack) or "(no stack recorded)"]
-                    entry[0] += b.size
-                    entry[1] += 1
-        rows = [{"site": s, "bytes": v[0], "blocks": v[1]} for s, v in by_site.items()]
-        return sorted(rows, key=lambda r: -r["bytes"])[:limit]
+        """{site, bytes, blocks} of the sites holding the most live bytes (usage.sites.top_sites)."""
+        return [t.as_dict() for t in top_sites(segments, lambda stack: self.frames(sid, stack), limit)]
 
     def stack_weights(self, sid: int, segments: list[Segment], limit: int = 200) -> dict[tuple[Frame, ...], int]:
         by_stack: dict[int, int] = defaultdict(int)

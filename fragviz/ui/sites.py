@@ -19,7 +19,7 @@ _SITE = re.compile(r"^(?P<path>.*?):(?P<line>\d+) (?P<name>.*)$", re.S)
 
 
 def short_site(site: str, limit: int = SITE_CHARS) -> str:
-    """`site` ("path:line name", as report.site_label writes it) at most `limit` characters long, shortened in
+    """`site` ("path:line name", as usage.sites.site_label writes it) at most `limit` characters long, shortened in
     the middle where it must: the path from its package root (site-packages, a torchinductor cache) or its last
     folders with "…/" for the rest, long file and function names cut in their middle. Short sites are unchanged."""
     if len(site) <= limit:

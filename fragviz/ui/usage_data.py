@@ -10,8 +10,9 @@ import numpy as np
 from fragviz.library import Library
 from fragviz.units import format_bytes
 from fragviz.usage.bands import Bands, Grid, bands_of, by_group, columns_of, grid_of
-from fragviz.usage.kinds import KINDS
+from fragviz.usage.kinds import KIND_LABELS, KINDS
 from fragviz.usage.lifetimes import Lifetimes
+from fragviz.usage.stackless import Stackless, stackless
 from fragviz.usage.stacks import StackFacts
 from fragviz.usage.stacks import stack_facts as core_stack_facts
 
@@ -29,11 +30,12 @@ class DeviceUsage:
 
     lifetimes: Lifetimes
     site: np.ndarray  # per allocation: index into facts.sites
-    kind: np.ndarray  # per allocation: index into KINDS
+    kind: np.ndarray  # per allocation: index into KINDS (stackless allocations by the rule of usage/stackless.py)
     group: np.ndarray  # per allocation: its site's colour group
     group_names: list[str]  # TOP_SITES sites holding the most bytes over time, then OTHER_SITES
     facts: StackFacts
     live: np.ndarray  # live bytes in every state
+    stackless: Stackless  # what the allocations without a stack are taken for, and why
 
     def grid(self, lo: int, hi: int | None) -> Grid:
         last = self.lifetimes.states - 1
@@ -42,13 +44,14 @@ class DeviceUsage:
 
 def device_usage(lifetimes: Lifetimes, facts: StackFacts) -> DeviceUsage:
     site, kind = facts.of(lifetimes.stack)
+    found = stackless(lifetimes, kind, len(facts.kind) > 0)
     held = lifetimes.size * (np.minimum(lifetimes.end, lifetimes.states) - lifetimes.start)  # byte-states
     weight = np.bincount(site, weights=held, minlength=len(facts.sites))
     top = [int(s) for s in np.argsort(-weight, kind="stable")[:TOP_SITES] if weight[s] > 0]
     of_site = np.full(len(facts.sites), len(top), np.int64)
     of_site[top] = np.arange(len(top))
-    return DeviceUsage(lifetimes, site, kind, of_site[site], [facts.sites[s] for s in top] + [OTHER_SITES], facts,
-                       lifetimes.live_bytes(0, lifetimes.states - 1))
+    return DeviceUsage(lifetimes, site, found.kinds, of_site[site], [facts.sites[s] for s in top] + [OTHER_SITES],
+                       facts, lifetimes.live_bytes(0, lifetimes.states - 1), found)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,11 @@ class UsageViews:
         group, names = (u.kind, list(KINDS)) if by == "kind" else (u.group, u.group_names)
         return band_view, GroupView(grid, by_group(u.lifetimes, grid, group, len(names), cols=cols), names, by)
 
+    def kind_notes(self, sid: int, device: int) -> dict[str, str]:
+        """What the card that lists kinds says of the device's stackless kinds (why they have no stack, and the
+        rule behind parameters (inferred)), by kind; empty where every allocation has a stack."""
+        return self.usage(sid, device).stackless.notes()
+
     def allocation(self, sid: int, device: int, row: int) -> dict:
         """One allocation's record, for the stack panel."""
         u = self.usage(sid, device)
@@ -112,7 +120,7 @@ def band_facts(u: DeviceUsage, rows: np.ndarray) -> list[list[str]]:
     for start, end, size, requested, address, start_us, end_us, stack, site, kind in zip(*cols):
         lines = [f"{format_bytes(size)} (requested {format_bytes(requested)}) at {address:#x}",
                  f"{_life(start, end, last)}{_duration(start_us, end_us)}", f"site {u.facts.sites[site]}",
-                 f"kind {KINDS[kind]}"]
+                 f"kind {KIND_LABELS[KINDS[kind]]}"]
         frame = u.facts.first_user[stack] if 0 <= stack < len(u.facts.first_user) else ""
         if frame and not u.facts.sites[site].startswith(frame):
             lines.append(f"first user frame {frame}")

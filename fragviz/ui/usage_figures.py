@@ -7,14 +7,15 @@ import numpy as np
 import plotly.graph_objects as go
 
 from fragviz.ui.usage_data import BandView, GroupView
+from fragviz.usage.kinds import KIND_LABELS
 
 # Site colours (Okabe-Ito, then Tableau): the last, grey, is every other site
 SITE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#8C564B",
                "#17BECF", "#9A9A9A")
-KIND_COLORS = {"parameters": "#0072B2", "gradients": "#D55E00", "optimizer_state": "#E69F00",
-               "activations": "#009E73", "kv_cache": "#CC79A7", "other": "#9A9A9A"}
-KIND_LABELS = {"parameters": "parameters", "gradients": "gradients", "optimizer_state": "optimizer state",
-               "activations": "activations and temporaries", "kv_cache": "KV cache", "other": "other"}
+# parameters (inferred) in a paler blue than parameters: the same guess, told apart from what stacks say
+KIND_COLORS = {"parameters": "#0072B2", "parameters_inferred": "#8EC4E8", "gradients": "#D55E00",
+               "optimizer_state": "#E69F00", "activations": "#009E73", "kv_cache": "#CC79A7",
+               "no_stack": "#5E5E5E", "other": "#9A9A9A"}
 
 
 def _unit(peak: float) -> tuple[float, str]:

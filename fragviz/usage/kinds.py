@@ -9,7 +9,9 @@ order, so a user can claim a frame the defaults would put elsewhere:
     kv_cache = ["my_model/cache\\.py:"]     # extra patterns, tried before every default rule
     parameters = [":load_weights$"]
 
-An allocation without a recorded stack, or whose stack no rule matches, is `other`.
+An allocation whose stack no rule matches is `other`. An allocation without a recorded stack is never `other`: it
+is `no_stack` ("no stack recorded"), or `parameters_inferred` where the rule in stackless.py holds; neither can
+be claimed by a rule.
 """
 from __future__ import annotations
 
@@ -22,10 +24,16 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from fragviz.errors import UsageError
-from fragviz.model import Frame, Segment
+from fragviz.model import Block, Frame, Segment
 from fragviz.settings import config_path, config_table
 
-KINDS = ("parameters", "gradients", "optimizer_state", "activations", "kv_cache", "other")
+RULE_KINDS = ("parameters", "gradients", "optimizer_state", "activations", "kv_cache")  # what rules may assign
+INFERRED_PARAMETERS = "parameters_inferred"  # no stack, but the rule of stackless.py holds: shown as inferred
+NO_STACK_KIND = "no_stack"
+KINDS = (*RULE_KINDS[:1], INFERRED_PARAMETERS, *RULE_KINDS[1:], NO_STACK_KIND, "other")
+KIND_LABELS = {"parameters": "parameters", INFERRED_PARAMETERS: "parameters (inferred)", "gradients": "gradients",
+               "optimizer_state": "optimizer state", "activations": "activations and temporaries",
+               "kv_cache": "KV cache", NO_STACK_KIND: "no stack recorded", "other": "other"}
 
 # (kind, pattern), tried in this order: the more specific kinds first, activations (anything under a
 # module's forward) last, because a KV cache or a recomputation in backward also runs under a forward.
@@ -61,7 +69,7 @@ class KindRules:
 
     def kind_of(self, frames: Sequence[Frame]) -> str:
         if not frames:
-            return "other"
+            return NO_STACK_KIND
         texts = [f"{f.filename}:{f.name}" for f in frames]
         for kind, pattern in self.rules:
             if any(pattern.search(t) for t in texts):
@@ -74,6 +82,9 @@ class KindRules:
                  for f in frames]
         out = np.full(len(stacks), KINDS.index("other"), np.int8)
         for i, stack in enumerate(stacks):
+            if not stack:
+                out[i] = KINDS.index(NO_STACK_KIND)
+                continue
             hit = 0
             for f in stack:
                 hit |= masks[f]
@@ -88,9 +99,8 @@ def compile_rules(user: dict[str, object] | None = None, source: str = "") -> Ki
     where = source or "the [kinds] rules"
     ordered: list[tuple[str, re.Pattern]] = []
     for kind, patterns in (user or {}).items():
-        if kind not in KINDS or kind == "other":
-            raise UsageError(f"{where}: unknown kind '{str(kind)[:80]}' in [kinds] "
-                             f"(known: {', '.join(k for k in KINDS if k != 'other')})")
+        if kind not in RULE_KINDS:
+            raise UsageError(f"{where}: unknown kind '{str(kind)[:80]}' in [kinds] (known: {', '.join(RULE_KINDS)})")
         if isinstance(patterns, str):
             patterns = [patterns]
         if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
@@ -118,7 +128,7 @@ def _cached_rules(table: str, source: str) -> KindRules:
     return compile_rules(json.loads(table), source)
 
 
-def kind_totals(segments: Iterable[Segment], kind_of_stack: Callable[[int], str]) -> dict[str, int]:
+def kind_totals(segments: Iterable[Segment], kind_of_block: Callable[[Block], str]) -> dict[str, int]:
     """Live bytes by kind in a state: every active block's size (pending frees included), every kind listed.
 
     The values sum to the state's allocated bytes.
@@ -127,7 +137,7 @@ def kind_totals(segments: Iterable[Segment], kind_of_stack: Callable[[int], str]
     for seg in segments:
         for b in seg.blocks:
             if b.state.is_active:
-                totals[kind_of_stack(b.stack)] += b.size
+                totals[kind_of_block(b)] += b.size
     return totals
 
 
@@ -140,7 +150,7 @@ class StackKinds:
 
     def __call__(self, stack: int) -> str:
         if stack < 0:
-            return "other"
+            return NO_STACK_KIND
         kind = self._known.get(stack)
         if kind is None:
             kind = self._known[stack] = self._rules.kind_of(self._frames_of(stack))

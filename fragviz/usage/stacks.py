@@ -8,11 +8,10 @@ from typing import Sequence
 import numpy as np
 
 from fragviz.model import Frame
-from fragviz.report import site_label
 from fragviz.snapshot.frames import is_user_frame
-from fragviz.usage.kinds import KINDS, KindRules, current_rules
+from fragviz.usage.kinds import KINDS, NO_STACK_KIND, KindRules, current_rules
+from fragviz.usage.sites import NO_STACK_SITE, site_label
 
-NO_STACK_SITE = "(no stack recorded)"
 FRAME_SEPARATOR = " <- "  # between a stack's frames, innermost first
 
 
@@ -20,8 +19,8 @@ FRAME_SEPARATOR = " <- "  # between a stack's frames, innermost first
 class StackFacts:
     """Per stack of a snapshot (its local numbering): the allocation site, its kind, and the first user frame."""
 
-    site: np.ndarray  # index into sites; allocations without a stack get the last one, NO_STACK_SITE
-    kind: np.ndarray  # index into KINDS
+    site: np.ndarray  # index into sites; allocations without a stack get NO_STACK_SITE's
+    kind: np.ndarray  # index into KINDS (of the stack alone: stackless.py says what stackless allocations are)
     sites: list[str]
     first_user: list[str]
 
@@ -29,8 +28,8 @@ class StackFacts:
         """Site and kind indices of allocations with these stacks."""
         known = (stacks >= 0) & (stacks < len(self.site))
         safe = np.where(known, stacks, 0)
-        site = np.where(known, self.site[safe] if len(self.site) else 0, len(self.sites) - 1)
-        kind = np.where(known, self.kind[safe] if len(self.kind) else 0, KINDS.index("other"))
+        site = np.where(known, self.site[safe] if len(self.site) else 0, self.sites.index(NO_STACK_SITE))
+        kind = np.where(known, self.kind[safe] if len(self.kind) else 0, KINDS.index(NO_STACK_KIND))
         return site.astype(np.int64), kind.astype(np.int64)
 
 

@@ -15,10 +15,10 @@ from conftest import Server
 from fragviz.analysis import analyze
 from fragviz.ingest import ingest_file
 from fragviz.model import BlockState
-from fragviz.report import site_label
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.frames import is_user_frame
 from fragviz.store.engine import open_store
+from fragviz.usage.sites import site_label
 from helpers import real
 
 FILES = ("verl_mempools_pending.pickle", "nuggets_nightly_mini.pickle", "hanmin_train_19k.pickle",
@@ -52,13 +52,13 @@ def live_blocks(segments, device: int):
 
 
 def sites_of(snap, blocks) -> list[tuple[str, int, int]]:
-    """(site, bytes, blocks) of live blocks by site, most bytes first: report.site_label of each block's frames."""
+    """(site, bytes, blocks) of live blocks by site, most bytes first (ties by site): site_label of each block's frames."""
     by_site: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for b in blocks:
         label = site_label([snap.frames[i] for i in snap.stacks[b.stack]]) if b.stack >= 0 else "(no stack recorded)"
         by_site[label][0] += b.size
         by_site[label][1] += 1
-    return sorted(((s, v[0], v[1]) for s, v in by_site.items()), key=lambda r: -r[1])
+    return sorted(((s, v[0], v[1]) for s, v in by_site.items()), key=lambda r: (-r[1], r[0]))
 
 
 def table_cells(page, table: str, column: str) -> list[str]:

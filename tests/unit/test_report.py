@@ -10,6 +10,7 @@ from fragviz.errors import UsageError
 from fragviz.report import report_dict, report_text
 from fragviz.snapshot import load_snapshot_bytes
 from fragviz.usage.kinds import KINDS
+from fragviz.usage.stackless import NO_STACKS, REASON_TEXT
 from helpers import MiB, block, ev, frames, segment, snapshot
 from test_replay import S, case_a
 
@@ -17,7 +18,7 @@ DEVICE_KEYS = {"device", "reserved_bytes", "allocated_bytes", "requested_bytes",
                "largest_free_block", "fragmentation", "segments", "blocks", "allocations", "trace_events",
                "trace_actions", "start_requested_bytes", "peak_requested_bytes", "start_reserved_bytes",
                "peak_reserved_bytes", "pools", "pending_free_bytes", "pending_free_blocks", "kinds", "kinds_at_peak",
-               "peak_requested_state"}
+               "kind_notes", "peak_requested_state"}
 
 
 def report(data: dict, **kw) -> dict:
@@ -45,10 +46,11 @@ def test_final_figures_of_case_a():
         "pools": [{"pool": [0, 0], "reserved_bytes": 20 * MiB, "allocated_bytes": 4 * MiB, "free_bytes": 16 * MiB,
                    "largest_free_block": 16 * MiB, "fragmentation": 0.0}],
         "pending_free_bytes": 0, "pending_free_blocks": 0,
-        # no stacks recorded: every live byte is of kind other; the peak of requested bytes is after the third
-        # alloc (state 4), when 4 + 3 + 2 MiB of blocks are live
-        "kinds": {**dict.fromkeys(KINDS, 0), "other": 4 * MiB},
-        "kinds_at_peak": {**dict.fromkeys(KINDS, 0), "other": 9 * MiB}, "peak_requested_state": 4,
+        # no stacks recorded: every live byte is of kind no_stack, and the note says why; the peak of requested
+        # bytes is after the third alloc (state 4), when 4 + 3 + 2 MiB of blocks are live
+        "kinds": {**dict.fromkeys(KINDS, 0), "no_stack": 4 * MiB},
+        "kinds_at_peak": {**dict.fromkeys(KINDS, 0), "no_stack": 9 * MiB},
+        "kind_notes": {"no_stack": REASON_TEXT[NO_STACKS]}, "peak_requested_state": 4,
     }
 
 

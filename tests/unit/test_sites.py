@@ -1,16 +1,18 @@
-"""Site labels shortened for the snapshot page's tables, the icicle's frame filter and its folded prefix."""
+"""Site labels: the frame each names (never the allocator's own), shortened for the snapshot page's tables; the top
+sites of a state; the icicle's frame filter and its folded prefix."""
 from __future__ import annotations
 
-from fragviz.model import Frame
-from fragviz.snapshot.frames import visible_frames
+from fragviz.model import Block, BlockState, Frame, Segment
+from fragviz.snapshot.frames import cpp_function, is_allocator_frame, visible_frames
 from fragviz.ui import figures
 from fragviz.ui.sites import INTERNAL_ONLY, SITE_CHARS, icicle_weights, short_site
+from fragviz.usage.sites import NO_STACK_SITE, ONLY_ALLOCATOR_SITE, site_label, top_sites
 
-# Sites as report.site_label writes them, from the real snapshots (verl, nuggets, the cs336 ones, diffusion)
+# Sites as usage.sites.site_label writes them, from the real snapshots (verl, nuggets, the cs336 ones, diffusion)
 VLLM = "/usr/local/lib/python3.10/dist-packages/vllm/model_executor/layers/linear.py:178 create_weights"
 INDUCTOR = "/tmp/torchinductor_drisspg/nq/cnqtho2nij4af6swya42kmd2tvb2py3brmcdj3mike6uxkmojqam.py:420 call"
-CPP = ("CUDACachingAllocator.cpp:0 c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed "
-       "char, unsigned long, CUstream_st*)")
+CPP = ("??:0 torch::autograd::generated::ScaledDotProductEfficientAttentionBackward0::apply(std::vector<at::Tensor, "
+       "std::allocator<at::Tensor> >&&)")
 WINDOWS = (r"C:\Users\jgregoire\AppData\Local\Programs\Python\Python310\lib\site-packages\torch\nn\modules"
            r"\module.py:1150 convert")
 HOME = "/home/c-kaitwang/assignment1/cs336_basics/training.py:22 cross_entropy_loss"
@@ -33,7 +35,7 @@ def test_a_generated_inductor_file_keeps_its_cache_folder_and_is_cut_in_its_midd
 
 
 def test_a_cpp_frame_loses_its_parameters_and_outer_namespaces():
-    assert short_site(CPP) == "CUDACachingAllocator.cpp:0 …::DeviceCachingAllocator::malloc(…)"
+    assert short_site(CPP) == "??:0 …::ScaledDotProductEfficientAttentionBackward0::apply(…)"
 
 
 def test_a_path_without_a_package_root_keeps_its_innermost_folders():
@@ -44,6 +46,74 @@ def test_every_shortened_site_fits():
     for site in (VLLM, INDUCTOR, CPP, WINDOWS, HOME, "x" * 300, "/a/" + "b" * 200 + ".py:1 f",
                  "/" + "/".join("d" * 9 for _ in range(30)) + "/f.py:7 " + "g" * 80):
         assert len(short_site(site)) <= SITE_CHARS, site
+
+
+# A stack recorded with stacks='all', innermost first, as PyTorch writes it: the unwinder, the allocator, c10, the
+# tensor factories and the dispatcher before the op's own frames (cut from hanmin_train_19k and cs336silmont_small)
+HEAD = [Frame("??", 0, "torch::unwind::unwind()"), Frame("??", 0, "torch::CapturedTraceback::gather(bool, bool, bool)"),
+        Frame("memory_snapshot.cpp", 0, "torch::cuda::(anonymous namespace)::gather_with_cpp()"),
+        Frame("CUDACachingAllocator.cpp", 0, "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"
+                                             "(signed char, unsigned long, CUstream_st*)"),
+        Frame("", 0, "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)"),
+        Frame("", 0, "at::TensorBase at::detail::_empty_generic<long>(c10::ArrayRef<long>, c10::Allocator*)"),
+        Frame("RegisterCUDA.cpp", 0, "c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionInto"
+                                     "Functor_<c10::CompileTimeFunctionPointer<at::Tensor (at::Tensor const&)>>>::call"),
+        Frame("VariableType_3.cpp", 0, "torch::autograd::VariableType::(anonymous namespace)::bmm(c10::DispatchKeySet, "
+                                       "at::Tensor const&, at::Tensor const&)"),
+        Frame("??", 0, "at::_ops::bmm::call(at::Tensor const&, at::Tensor const&)")]
+BMM_BACKWARD = Frame("??", 0, "torch::autograd::generated::BmmBackward0::apply(std::vector<at::Tensor, "
+                              "std::allocator<at::Tensor> >&&)")
+ENGINE_THREAD = [Frame("??", 0, "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> "
+                                "const&)"), Frame("thread48.o", 0, "execute_native_thread_routine"),
+                 Frame("??", 0, "clone")]
+FORWARD = [Frame("/x/site-packages/torch/nn/modules/linear.py", 125, "forward"), Frame("/home/u/model.py", 40, "forward")]
+
+
+def label_of(frame: Frame) -> str:
+    return f"{frame.filename}:{frame.line} {frame.name}"
+
+
+def test_a_site_is_never_one_of_the_allocators_frames():
+    assert site_label(HEAD + FORWARD) == "/home/u/model.py:40 forward"  # the user's frame first
+    assert site_label(HEAD + FORWARD[:1]) == label_of(FORWARD[0])  # else torch's Python
+    # backward runs on the engine's thread, without Python: the autograd node that allocated (not VariableType)
+    assert site_label(HEAD + [BMM_BACKWARD] + ENGINE_THREAD) == label_of(BMM_BACKWARD)
+    # without an autograd frame, the operator
+    assert site_label(HEAD) == "??:0 at::_ops::bmm::call(at::Tensor const&, at::Tensor const&)"
+    # without one, the first frame that is neither internal nor the allocator's
+    assert site_label(HEAD[:6] + ENGINE_THREAD[1:]) == label_of(HEAD[5])
+    assert site_label(HEAD[:5]) == ONLY_ALLOCATOR_SITE
+    assert site_label([]) == NO_STACK_SITE
+
+
+def test_allocator_frames_are_the_caching_allocators_and_c10s():
+    assert [is_allocator_frame(f) for f in HEAD] == [False, False, False, True, True, False, True, False, False]
+    assert is_allocator_frame(Frame("/usr/lib/python3/site-packages/torch/lib/libc10_cuda.so", 0, "0x7f"))
+    assert is_allocator_frame(Frame("HIPCachingAllocator.cpp", 0, "c10::hip::HIPCachingAllocator::malloc()"))
+    assert not is_allocator_frame(Frame("??", 0, "c10d::ProcessGroupNCCL::allreduce(std::vector<at::Tensor>&)"))
+    assert not is_allocator_frame(Frame("/x/torch/cuda/memory.py", 1, "c10::looks_like_it"))  # Python is never
+
+
+def test_cpp_function_is_the_qualified_name_alone():
+    assert cpp_function(HEAD[5].name) == "at::detail::_empty_generic"
+    assert cpp_function(HEAD[6].name) == "c10::impl::wrap_kernel_functor_unboxed_::call"
+    assert cpp_function(HEAD[2].name) == "torch::cuda::anonymous::gather_with_cpp"
+    assert cpp_function("c10::TensorImpl::~TensorImpl() [clone .localalias]") == "c10::TensorImpl::~TensorImpl"
+    assert cpp_function("bool operator><T>(T)") == "operator"
+
+
+def test_top_sites_most_bytes_first_ties_by_site():
+    stacks = {0: [USER], 1: HEAD + [BMM_BACKWARD], 2: [TORCH]}
+    seg = Segment(0, 0, 40, 0, "large", (Block(0, 8, 8, BlockState.ACTIVE_ALLOCATED, 1),
+                                         Block(8, 8, 8, BlockState.ACTIVE_PENDING_FREE, 2),
+                                         Block(16, 8, 8, BlockState.ACTIVE_ALLOCATED, 0),
+                                         Block(24, 4, 4, BlockState.ACTIVE_ALLOCATED),
+                                         Block(28, 12, 12, BlockState.INACTIVE, 0)))
+    got = [t.as_dict() for t in top_sites([seg], stacks.__getitem__, limit=3)]
+    assert got == [{"site": label_of(USER), "bytes": 8, "blocks": 1},
+                   {"site": label_of(TORCH), "bytes": 8, "blocks": 1},
+                   {"site": label_of(BMM_BACKWARD), "bytes": 8, "blocks": 1}]
+    assert [t.site for t in top_sites([seg], stacks.__getitem__, limit=9)][-1] == NO_STACK_SITE
 
 
 USER, TORCH, CXX = Frame("/home/u/train.py", 10, "main"), Frame("/x/torch/nn/linear.py", 5, "forward"), \

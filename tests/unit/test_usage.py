@@ -14,6 +14,7 @@ from fragviz.snapshot import load_snapshot_bytes
 from fragviz.usage.bands import bands_of, by_group, grid_of
 from fragviz.usage.kinds import KINDS, compile_rules, current_rules
 from fragviz.usage.lifetimes import Lifetimes
+from fragviz.usage.stackless import BEFORE_RECORDING, REASON_TEXT
 from helpers import MiB, block, ev, frames, segment, snapshot
 
 S = 0x7F00_0000_0000
@@ -68,7 +69,9 @@ def test_the_report_gives_live_bytes_by_kind_at_the_end_and_at_the_peak():
     # the most requested bytes: states 2 and 3 (P, A, B live: 7 MiB); the first is taken
     assert device["peak_requested_state"] == 2
     assert device["kinds_at_peak"]["activations"] == 5 * MiB  # A and B
-    assert device["kinds_at_peak"]["other"] == 2 * MiB  # P: a block from before the trace has no stack
+    # P: a block from before the trace has no stack, and stacks are recorded (the trace's): from before recording
+    assert device["kinds_at_peak"]["no_stack"] == 2 * MiB and device["kinds_at_peak"]["other"] == 0
+    assert device["kind_notes"] == {"no_stack": REASON_TEXT[BEFORE_RECORDING]}
     assert sum(device["kinds_at_peak"].values()) == 7 * MiB
 
 
@@ -90,7 +93,7 @@ def f(filename: str, name: str) -> Frame:
     ([f("VariableType_2.cpp", "torch::autograd::VariableType::(anonymous namespace)::mm(...)"),
       f("/home/u/model.py", "forward")], "activations"),
     ([f("/home/u/data.py", "load_batch")], "other"),
-    ([], "other"),
+    ([], "no_stack"),  # never "other": an allocation without a stack is a kind of its own
 ])
 def test_default_kind_rules(stack, kind):
     assert compile_rules().kind_of(stack) == kind
@@ -107,6 +110,9 @@ def test_user_rules_come_first_and_bad_rules_are_refused():
         compile_rules({"parameters": ["("]})
     with pytest.raises(UsageError, match="list of regular expressions"):
         compile_rules({"parameters": [3]})
+    for kind in ("no_stack", "parameters_inferred", "other"):  # no rule can claim what no stack names
+        with pytest.raises(UsageError, match=f"unknown kind '{kind}'"):
+            compile_rules({kind: ["x"]})
 
 
 def test_kind_indices_classify_each_frame_once_and_agree_with_kind_of():
@@ -116,7 +122,7 @@ def test_kind_indices_classify_each_frame_once_and_agree_with_kind_of():
     stacks = [(0, 3), (1, 3), (2, 1, 3), (3,), ()]
     got = [KINDS[i] for i in rules.kind_indices(pool, stacks)]
     assert got == [rules.kind_of([pool[i] for i in s]) for s in stacks]
-    assert got == ["optimizer_state", "activations", "gradients", "other", "other"]
+    assert got == ["optimizer_state", "activations", "gradients", "other", "no_stack"]
 
 
 def test_fragviz_toml_kinds_table(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from dash import ClientsideFunction, Input, Output, State, ctx as dash_ctx, no_u
 from fragviz.errors import FragvizError
 from fragviz.ui import ids
 from fragviz.ui.pages.snapshot import timeline, view_of
+from fragviz.ui.pages.usage import kind_notes
 from fragviz.ui.usage_figures import bands_figure, empty_figure, groups_figure
 
 
@@ -22,7 +23,7 @@ def register(app, app_ctx) -> None:
                             prevent_initial_call=True)
 
     @app.callback(Output(ids.ALLOC_BANDS, "figure"), Output(ids.MEMORY_BY, "figure"),
-                  Input(ids.USAGE_RANGE, "data"), Input(ids.MEMORY_BY_GROUP, "value"), Input(ids.DEVICE, "value"),
+                  Output(ids.KIND_NOTES, "children"), Input(ids.USAGE_RANGE, "data"), Input(ids.MEMORY_BY_GROUP, "value"), Input(ids.DEVICE, "value"),
                   State(ids.SNAPSHOT_URL, "pathname"), State(ids.SNAPSHOT_URL, "search"))
     def draw_usage(view_range, by, device, pathname, search):
         sid, cur_device, _event, n = view_of(app_ctx, pathname, search)
@@ -32,10 +33,11 @@ def register(app, app_ctx) -> None:
         lo, hi = (min(view_range["lo"], n), min(view_range["hi"], n)) if view_range else (0, None)
         try:
             bands, groups = app_ctx.views.usage.view(sid, device, by or "kind", lo, hi)
+            notes = kind_notes(app_ctx.views.usage.kind_notes(sid, device))
         except FragvizError as exc:
-            return empty_figure(str(exc)), empty_figure(str(exc))
+            return empty_figure(str(exc)), empty_figure(str(exc)), []
         x_range = [lo, hi + 1] if view_range else None
-        return bands_figure(bands, x_range), groups_figure(groups, x_range)
+        return bands_figure(bands, x_range), groups_figure(groups, x_range), notes
 
     @app.callback(Output(ids.TIMELINE, "figure", allow_duplicate=True), Input(ids.TIMELINE_FOLLOW, "data"),
                   State(ids.TIMELINE_AXIS, "value"), State(ids.SNAPSHOT_URL, "pathname"),
