@@ -113,8 +113,10 @@ def _parser() -> argparse.ArgumentParser:
                      "snapshot, its end state adds the largest free block")
     doc.add_argument("--summary", metavar="FILE", help="a torch.cuda.memory_summary() table as printed or pasted "
                      "from a log (- reads standard input); read with the snapshot and --message where given")
+    doc.add_argument("--pid", type=int, metavar="PID", help="the job's own process id: a message's \"Process PID has "
+                     "...\" entry is then the job itself, never one of the other processes to stop")
     doc.add_argument("--no-simulate", action="store_true", help="skip the what-if simulations")
-    doc.add_argument("--json", action="store_true", help="print one JSON object")
+    doc.add_argument("--json", action="store_true", help="print one JSON object (a refusal too: {\"error\": ...})")
     doc.set_defaults(run=_cmd_doctor)
 
     cap = sub.add_parser("capture", help="run a Python script and record its memory history as a snapshot",
@@ -328,7 +330,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from fragviz.simulate import follow, simulated_snapshot, what_if
-    from fragviz.simulate.text import follow_text, what_if_text
+    from fragviz.simulate.text import follow_text, what_if_text, with_certain_ooms
     from fragviz.simulate.whatif import NothingToSimulate, nothing_to_follow
     from fragviz.units import parse_size
 
@@ -337,12 +339,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.alloc_conf is None:
         if args.out:
             raise UsageError("--out goes with --alloc-conf (free-run)")
-        result = follow(analysis, device_total=memory)  # the device's size bounds expandable reservations
+        # the device's size bounds expandable reservations; a single request larger than it is a certain OOM
+        result = with_certain_ooms(analysis, follow(analysis, device_total=memory), memory)
         if not any(d["alloc_events"] for d in result["devices"]):
             raise NothingToSimulate(nothing_to_follow(analysis))
         print(json.dumps(result) if args.json else follow_text(analysis, result))
         return 0
-    result = what_if(analysis, args.alloc_conf, memory)  # refuses (NothingToSimulate) when no device has a workload
+    # refuses (NothingToSimulate) when no device has a workload
+    result = with_certain_ooms(analysis, what_if(analysis, args.alloc_conf, memory))
     if args.out:
         import pickle
 
@@ -353,19 +357,29 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
+    """`doctor`; with --json its refusals are JSON too (an object with an "error" field), on standard output."""
+    try:
+        return _doctor_summary(args) if args.summary is not None else _doctor(args)
+    except FragvizError as exc:
+        if not args.json:
+            raise
+        print(json.dumps({"error": str(exc), "exit_status": exc.exit_code}))
+        return exc.exit_code
+
+
+def _doctor(args: argparse.Namespace) -> int:
     from fragviz.doctor import PUBLIC_KEYS, diagnose, diagnose_message
     from fragviz.doctor.text import doctor_text
 
-    if args.summary is not None:
-        return _doctor_summary(args)
     if args.target is None and not args.message:
         raise UsageError("doctor needs a snapshot (FILE_OR_ID), --message TEXT or --summary FILE")
     if args.target is None:
-        ooms = diagnose_message(args.message)
+        ooms = diagnose_message(args.message, job_pid=args.pid)
         source = "the message"
     else:
         analysis = _analysis_for(args.target, args.db)
-        ooms = diagnose(analysis, args.message, simulate=not args.no_simulate)
+        ooms = diagnose(analysis, args.message, simulate=not args.no_simulate, strict_device=True,
+                        job_pid=args.pid)
         source = analysis.snapshot.source
     if args.message and not any(o.get("event") is None for o in ooms):
         raise UsageError("--message holds no CUDA out-of-memory message fragviz can read")
@@ -390,8 +404,8 @@ def _doctor_summary(args: argparse.Namespace) -> int:
     message = args.message or "\n".join(find_messages(text)) or None
     summary = parse_summary(text, "<stdin>" if args.summary == "-" else args.summary, message_device(message))
     analysis = _analysis_for(args.target, args.db) if args.target is not None else None
-    ooms = diagnose(analysis, message, simulate=not args.no_simulate) if analysis is not None else (
-        diagnose_message(message) if message else [])
+    ooms = diagnose(analysis, message, simulate=not args.no_simulate, strict_device=True, job_pid=args.pid) if (
+        analysis is not None) else (diagnose_message(message, job_pid=args.pid) if message else [])
     if args.message and not any(o.get("event") is None for o in ooms):
         raise UsageError("--message holds no CUDA out-of-memory message fragviz can read")
     result = diagnose_summary(summary, analysis, message, ooms, text)

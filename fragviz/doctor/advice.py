@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fragviz.doctor.advice_outside import REDUCE, cap_advice, outside_advice, undetermined_advice
+from fragviz.doctor.cause import CAP, EXHAUSTION, FRAGMENTATION, OUTSIDE, UNDETERMINED
 from fragviz.doctor.facts import DEFRAG_MARGIN, OomFacts
 from fragviz.doctor.inforce import InForce
 from fragviz.units import format_bytes as fb
@@ -17,14 +19,12 @@ LEGACY_ERAS = ("1.0", "1.5", "1.x")  # messages of PyTorch before 2.1, which had
 STEADY = ("Keep tensor sizes steady (pad variable sequence lengths to a few buckets) so freed blocks fit the next "
           "requests. torch.cuda.empty_cache() does not help: the allocator already released every whole free "
           "segment before it gave up.")
-REDUCE = ("Reduce the batch size or sequence length, use activation checkpointing (torch.utils.checkpoint), "
-          "mixed precision (bf16), or shard parameters and optimizer state (FSDP, ZeRO).")
 
 
 def advice(verdict: str, f: OomFacts, what_ifs: list[dict[str, Any]], in_force: InForce) -> list[str]:
     helps = {w["alloc_conf"]: w["avoids_oom"] for w in what_ifs if w.get("avoids_oom") is not None}
-    out = {"exhaustion": _exhaustion, "fragmentation": _fragmentation, "outside_pytorch": _outside,
-           "capacity_cap": _cap}[verdict](f, helps, in_force)
+    out = {EXHAUSTION: _exhaustion, FRAGMENTATION: _fragmentation, OUTSIDE: outside_advice, CAP: cap_advice,
+           UNDETERMINED: undetermined_advice}[verdict](f, helps, in_force)
     unknown = next((w["claim"] for w in what_ifs if w.get("outcome") == "unknown"), None)
     if unknown:
         out.append(f"The simulation cannot judge the settings: {unknown}.")
@@ -46,10 +46,6 @@ def room_sentence(f: OomFacts) -> str:
 
 
 def _exhaustion(f: OomFacts, helps: dict[str, bool], in_force: InForce) -> list[str]:
-    if f.requested is None:
-        return ["This message carries no figures (PyTorch before 1.0): fragviz cannot tell exhaustion from "
-                "fragmentation. Record a snapshot with a current PyTorch to know more.",
-                "Reduce the batch size, or use activation checkpointing or mixed precision."]
     if f.total is not None and f.requested > f.total:
         out = [f"The request alone ({fb(f.requested)}) is larger than the whole device ({fb(f.total)}): no setting "
                "can place it. Split the computation (chunk the batch, the sequence or the attention)."]
@@ -98,31 +94,3 @@ def _split_advice(helps: dict[str, bool], in_force: InForce) -> list[str]:
     proof = " Simulated on this trace, max_split_size_mb:512 avoids the OOM." if helps.get(SPLIT) else ""
     return ["Or set max_split_size_mb (for example 512) so that small requests do not split large cached blocks."
             + proof]
-
-
-def _outside(f: OomFacts, helps: dict[str, bool], in_force: InForce) -> list[str]:
-    if f.requested is None:
-        return ["The failure came from a CUDA call outside the caching allocator (a kernel launch, a library "
-                "handle or its workspace, NCCL), not from a tensor allocation.",
-                "Check what else uses the GPU (nvidia-smi), and leave headroom: reserve less for tensors "
-                "(torch.cuda.set_per_process_memory_fraction) or shrink the batch."]
-    out = [f"{fb(f.outside)} of the {fb(f.total)} device is used outside PyTorch's allocator (CUDA context, NCCL "
-           "buffers, cuBLAS/cuDNN workspaces, other processes), more than PyTorch's own cached free memory "
-           f"({fb(f.cached_free or 0)})."]
-    if f.other_processes:
-        listed = ", ".join(fb(p) for p in f.other_processes)
-        out.append(f"Other processes on GPU {f.device if f.device is not None else ''} hold {listed}: stop them or "
-                   "move them to another GPU (nvidia-smi lists them).")
-    out.append("For NCCL lower NCCL_BUFFSIZE or NCCL_MAX_NCHANNELS; for cuBLAS set CUBLAS_WORKSPACE_CONFIG=:4096:8.")
-    return out
-
-
-def _cap(f: OomFacts, helps: dict[str, bool], in_force: InForce) -> list[str]:
-    if f.allowed is not None:
-        return [f"A per-process memory fraction caps PyTorch at {fb(f.allowed)}, and {fb(f.reserved)} reserved "
-                f"plus {fb(f.requested)} requested exceeds it. Raise or remove "
-                "torch.cuda.set_per_process_memory_fraction."]
-    return [f"The device reported {fb(f.free)} free, {fb(f.free - f.requested)} more than the {fb(f.requested)} "
-            "requested, yet the allocation failed: a limit outside PyTorch's figures applied (a memory fraction, "
-            "MIG or MPS limits, or the driver's own accounting, as under Windows WDDM).",
-            "Check torch.cuda.set_per_process_memory_fraction and the GPU's partitioning (nvidia-smi)."]

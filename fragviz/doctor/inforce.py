@@ -13,10 +13,19 @@ from dataclasses import dataclass
 
 from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
 from fragviz.analysis import Analysis
+from fragviz.doctor.paste import clean_lines
 from fragviz.errors import FragvizError
 
-_HINT = re.compile(r"try setting PYTORCH_(?:CUDA_)?ALLOC_CONF=expandable_segments:True to avoid fragmentation", re.I)
-_STATED = re.compile(r"PYTORCH_(?:CUDA_)?ALLOC_CONF['\"]?\]?\s*[=:]\s*['\"]?([A-Za-z0-9_.:,\[\]>]+)")
+
+def _loose(phrase: str) -> str:
+    """A pattern for `phrase` that a wrap, a repeated space or a cut inside a word does not break."""
+    return r"\s*".join(re.escape(ch) for ch in phrase.replace(" ", ""))
+
+
+# PyTorch's hint, printed whatever the settings (PYTORCH_HIP_ALLOC_CONF on ROCm, PYTORCH_ALLOC_CONF from 2.10)
+_HINT = re.compile(_loose("try setting PYTORCH_") + r"(?:\s*(?:C\s*U\s*D\s*A|H\s*I\s*P)\s*_)?"
+                   + _loose("ALLOC_CONF=expandable_segments:True to avoid fragmentation"), re.I)
+_STATED = re.compile(r"PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF['\"]?\]?\s*[=:]\s*['\"]?([A-Za-z0-9_.:,\[\]>]+)")
 
 
 @dataclass(frozen=True)
@@ -48,10 +57,10 @@ def in_force_of_snapshot(analysis: Analysis) -> InForce:
 
 
 def in_force_of_text(text: str | None) -> InForce:
-    """A PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) the pasted text states, leaving PyTorch's hint aside."""
+    """A PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF, PYTORCH_HIP_ALLOC_CONF) the pasted text states, leaving PyTorch's hint aside."""
     if not text:
         return UNKNOWN
-    for value in _STATED.findall(_HINT.sub("", text)):
+    for value in _STATED.findall(_HINT.sub("", "\n".join(clean_lines(text)))):
         try:
             settings = parse_alloc_conf(value.rstrip(".,"))
         except FragvizError:

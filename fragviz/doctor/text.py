@@ -6,10 +6,12 @@ from typing import Any
 from fragviz.units import format_bytes
 
 _TITLES = {"exhaustion": "true exhaustion", "fragmentation": "fragmentation",
-           "outside_pytorch": "memory outside PyTorch", "capacity_cap": "a capacity cap"}
+           "outside_pytorch": "memory outside PyTorch", "capacity_cap": "a capacity cap",
+           "undetermined": "undetermined (the figures read do not tell the cause)"}
 _FIGURES = (("requested_bytes", "requested"), ("reserved_bytes", "reserved by PyTorch"),
             ("allocated_bytes", "allocated to tensors"), ("largest_free_block", "largest free block"),
-            ("device_free_bytes", "device free"), ("device_total_bytes", "device total"))
+            ("device_free_bytes", "device free"), ("device_total_bytes", "device total"),
+            ("allowed_bytes", "allowed by the memory fraction"))
 
 
 def doctor_text(source: str, ooms: list[dict[str, Any]]) -> str:
@@ -23,7 +25,10 @@ def doctor_text(source: str, ooms: list[dict[str, Any]]) -> str:
 
 
 def oom_lines(n: int, o: dict[str, Any]) -> list[str]:
-    where = f" at event {o['event']} of device {o['device']}" if o.get("event") is not None else ""
+    if o.get("event") is not None:
+        where = f" at event {o['event']} of device {o['device']}"
+    else:
+        where = f" on GPU {o['device']}" if o.get("device") is not None else ""
     lines = [f"OOM {n}{where}: {_TITLES[o['verdict']]}"]
     figures = [f"{label} {format_bytes(o[key])}" for key, label in _FIGURES if o.get(key) is not None]
     if figures and o["requested_bytes"]:

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from fragviz.analysis import Analysis
+from fragviz.model import ALLOC
 from fragviz.simulate.whatif import CANNOT_ANSWER, UNKNOWN
 from fragviz.units import format_bytes
 
@@ -14,12 +17,23 @@ def _pct(a: int, b: int) -> str:
     return f"{a}/{b} ({a / b:.1%})" if b else "0/0"
 
 
+def with_certain_ooms(analysis: Analysis, result: dict[str, Any], memory: int | None = None) -> dict[str, Any]:
+    """`result` (of `what_if` or `follow`) with each device's `certain_oom` where a single request exceeds the
+    device: the given size, else the device size the what-if used."""
+    for d in result["devices"]:
+        size = memory if memory is not None else (d.get("device_memory") or {}).get("bytes")
+        d["certain_oom"] = certain_oom(analysis, d["device"], size)
+    return result
+
+
 def follow_text(analysis: Analysis, result: dict[str, Any]) -> str:
     lines = [f"{analysis.snapshot.source}: follow mode (predict each recorded malloc, then continue from the truth)"]
     for d in result["devices"]:
         if not d["alloc_events"]:
             lines.append(f"device {d['device']}: the trace holds no alloc event: nothing to follow")
             continue
+        if d.get("certain_oom"):
+            lines.append(f"device {d['device']}: {certain_oom_sentence(d['certain_oom'])}")
         lines.append(f"device {d['device']}: alloc addresses {_pct(d['alloc_address_matches'], d['alloc_events'])}, "
                      f"device allocations {_pct(d['segment_allocs_matched'], d['segment_allocs_recorded'])} "
                      f"(predicted {d['segment_allocs_predicted']}), final state "
@@ -58,8 +72,27 @@ def memory_line(memory: dict[str, Any]) -> str:
     return f"device size {format_bytes(memory['bytes'])} ({_MEMORY_SOURCES.get(memory['source'], memory['source'])})"
 
 
+def certain_oom(analysis: Analysis, device: int, memory: int | None) -> dict[str, int] | None:
+    """The trace's largest single request where it alone exceeds the device: an OOM no setting can avoid."""
+    replay = analysis.replays.get(device)
+    if memory is None or replay is None:
+        return None
+    allocs = (replay.trace.action == ALLOC).nonzero()[0]
+    if not len(allocs):
+        return None
+    k = int(allocs[int(np.argmax(replay.trace.size[allocs]))])
+    size = int(replay.trace.size[k])
+    return {"event": k, "request_bytes": size, "device_memory_bytes": memory} if size > memory else None
+
+
+def certain_oom_sentence(c: dict[str, int]) -> str:
+    return (f"an OOM is certain: the request at event {c['event']} ({format_bytes(c['request_bytes'])}) alone is "
+            f"larger than the device's {format_bytes(c['device_memory_bytes'])}, whatever the allocator settings")
+
+
 def device_what_if_lines(d: dict[str, Any]) -> list[str]:
-    """One device's what-if: a refusal, or the recording and the simulations side by side, then the claim."""
+    """One device's what-if: a refusal, or the recording and the simulations side by side, then the claim (and,
+    where a single request exceeds the device, that an OOM is certain)."""
     if d["status"] == CANNOT_ANSWER:
         return [f"device {d['device']}: cannot simulate: {d['reason']}"]
     known = d["device_memory"]["bytes"] is not None
@@ -70,6 +103,8 @@ def device_what_if_lines(d: dict[str, Any]) -> list[str]:
              run_line("simulated, recorded settings", d["baseline"], known, width),
              run_line(given, d, known, width)]
     lines.append(("  cannot tell: " if d["outcome"] == UNKNOWN else "  => ") + d["claim"])
+    if d.get("certain_oom"):
+        lines.append("  => " + certain_oom_sentence(d["certain_oom"]))
     lines.extend(f"  note: {n}" for n in d["start"]["notes"])
     return lines
 
