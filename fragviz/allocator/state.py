@@ -50,11 +50,12 @@ def _pool(alloc: DeviceAllocator, seg: Segment) -> BlockPool:
 def _load_chain(alloc: DeviceAllocator, seg: Segment, pool: BlockPool, es: ExpandableSegment | None,
                 prev: Block | None = None) -> Block | None:
     alloc.reserved += seg.total_size
+    free: list[Block] = []
     for b in seg.blocks:
         block = Block(b.address, b.size, seg.stream, pool, True, es)
         block.splice(prev, None)
         if b.state is BlockState.INACTIVE:
-            pool.insert(block)
+            free.append(block)
         else:
             block.allocated = b.state is BlockState.ACTIVE_ALLOCATED
             block.pending = not block.allocated
@@ -64,6 +65,8 @@ def _load_chain(alloc: DeviceAllocator, seg: Segment, pool: BlockPool, es: Expan
             alloc.active_bytes += block.size
             alloc.requested += block.requested
         prev = block
+    for block in free:  # into the free set once linked: what releasing could not give back depends on the links
+        pool.insert(block)
     alloc.bump_peaks()
     return prev
 

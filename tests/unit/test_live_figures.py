@@ -14,7 +14,7 @@ def samples(n: int, gap_at: int | None = None, nvml: bool = False) -> dict[str, 
                "allocated": (i + 1) * MiB, "requested": (i + 1) * MiB - 100, "reserved": 2 * (i + 1) * MiB,
                "active": (i + 1) * MiB, "inactive_split": 0, "alloc_retries": 0, "ooms": 0, "device_total": 64 * MiB,
                "device_free": 64 * MiB - 2 * (i + 1) * MiB, "nvml_used": 3 * (i + 1) * MiB if nvml else None,
-               "largest_free": MiB, "fragmentation": 0.5}
+               "largest_free": MiB, "fragmentation": 0.5, "non_releasable": (i + 1) * MiB}
         for c in SAMPLE_COLUMNS:
             cols[c].append(row[c])
     return cols

@@ -55,10 +55,12 @@ def test_pool_figures_keep_the_pools_apart_general_first():
     # general: 20 MiB; active 4 + 2 (pending) + 2 = 8; gaps 8 and 4
     assert (general.reserved_bytes, general.allocated_bytes, general.free_bytes, general.free_blocks,
             general.largest_free_block) == (20 * MiB, 8 * MiB, 12 * MiB, 2, 8 * MiB)
-    assert general.fragmentation == pytest.approx(1 - 8 / 12)
+    # every free byte of a segment holding live blocks is non-releasable: 12 of 20 MiB
+    assert (general.non_releasable_bytes, general.fragmentation) == (12 * MiB, pytest.approx(12 / 20))
+    assert general.free_scatter == pytest.approx(1 - 8 / 12)
     assert (general.pending_free_bytes, general.pending_free_blocks) == (2 * MiB, 1)
     assert (private.reserved_bytes, private.allocated_bytes, private.free_bytes, private.largest_free_block,
-            private.fragmentation) == (40 * MiB, 10 * MiB, 30 * MiB, 30 * MiB, 0.0)
+            private.fragmentation, private.free_scatter) == (40 * MiB, 10 * MiB, 30 * MiB, 30 * MiB, 0.75, 0.0)
     assert (graph.reserved_bytes, graph.allocated_bytes, graph.free_bytes, graph.fragmentation) == (2 * MiB, 2 * MiB,
                                                                                                    0, 0.0)
     assert not general.is_private and private.is_private and graph.is_private
@@ -70,22 +72,26 @@ def test_report_json_adds_pools_and_pending_and_keeps_device_totals():
     d = report_dict(analysed(three_pools()))["devices"][0]
     assert d["pools"] == [
         {"pool": [0, 0], "reserved_bytes": 20 * MiB, "allocated_bytes": 8 * MiB, "free_bytes": 12 * MiB,
-         "largest_free_block": 8 * MiB, "fragmentation": pytest.approx(1 / 3)},
+         "largest_free_block": 8 * MiB, "non_releasable_bytes": 12 * MiB, "fragmentation": pytest.approx(0.6),
+         "free_scatter": pytest.approx(1 / 3)},
         {"pool": [0, 3], "reserved_bytes": 40 * MiB, "allocated_bytes": 10 * MiB, "free_bytes": 30 * MiB,
-         "largest_free_block": 30 * MiB, "fragmentation": 0.0},
+         "largest_free_block": 30 * MiB, "non_releasable_bytes": 30 * MiB, "fragmentation": 0.75,
+         "free_scatter": 0.0},
         {"pool": [1, 0], "reserved_bytes": 2 * MiB, "allocated_bytes": 2 * MiB, "free_bytes": 0,
-         "largest_free_block": 0, "fragmentation": 0.0},
+         "largest_free_block": 0, "non_releasable_bytes": 0, "fragmentation": 0.0, "free_scatter": 0.0},
     ]
     assert (d["pending_free_bytes"], d["pending_free_blocks"]) == (2 * MiB, 1)
     # device-level figures stay every pool together (reserved = allocated + free; 1 - largest / free)
     assert (d["reserved_bytes"], d["allocated_bytes"], d["free_bytes"], d["free_blocks"]) == (62 * MiB, 20 * MiB,
                                                                                               42 * MiB, 3)
-    assert (d["largest_free_block"], d["fragmentation"]) == (30 * MiB, pytest.approx(1 - 30 / 42))
+    assert (d["largest_free_block"], d["free_scatter"]) == (30 * MiB, pytest.approx(1 - 30 / 42))
+    assert (d["non_releasable_bytes"], d["fragmentation"]) == (42 * MiB, pytest.approx(42 / 62))
 
 
 def test_text_report_names_private_pools_pending_frees_and_room_for_a_general_request():
     text = report_text(analysed(three_pools()))
-    assert "largest gap 30.00 MiB; fragmentation 28.6% (all pools)" in text
+    assert "the largest request the cache can serve now 30.00 MiB; free scatter 28.6% (all pools)" in text
+    assert "fragmentation  67.7%      non-releasable 42.00 MiB of 62.00 MiB reserved" in text
     assert "the largest gap lies in a private pool: a general request fits in at most 8.00 MiB" in text
     assert "pool (0, 0)" in text and "the general pool" in text
     assert text.count("a private pool (CUDA graph or torch.cuda.MemPool); general requests cannot use its free "
@@ -103,7 +109,8 @@ def test_a_snapshot_from_before_pool_ids_has_only_the_general_pool():
     assert load_snapshot_bytes(pickle.dumps(data), "old.pickle").segments[0].pool_id is None
     d = report_dict(analysed(data))["devices"][0]
     assert d["pools"] == [{"pool": [0, 0], "reserved_bytes": 20 * MiB, "allocated_bytes": 2 * MiB,
-                           "free_bytes": 18 * MiB, "largest_free_block": 18 * MiB, "fragmentation": 0.0}]
+                           "free_bytes": 18 * MiB, "largest_free_block": 18 * MiB, "non_releasable_bytes": 18 * MiB,
+                           "fragmentation": 0.9, "free_scatter": 0.0}]
     text = report_text(analysed(data))
     assert "pool (" not in text and "all pools" not in text and "pending" not in text
 
@@ -176,6 +183,8 @@ def raw_pools() -> dict[tuple[int, int], dict[str, int]]:
         free = [b["size"] for b in seg["blocks"] if b["state"] == "inactive"]
         p["free"] += sum(free)
         p["largest"] = max([p["largest"], *free])
+        if seg["active_size"] > 0:  # a segment holding an active block cannot be released: its free bytes stay
+            p["stuck"] += sum(free)
         p["pending_blocks"] += sum(b["state"] == "active_pending_free" for b in seg["blocks"])
     return out
 
@@ -195,7 +204,9 @@ def test_real_file_pools_match_the_raw_segments(verl):
         assert got["reserved_bytes"] == w["reserved"] == w["active"] + w["free"]
         assert (got["allocated_bytes"], got["free_bytes"], got["largest_free_block"]) == (w["active"], w["free"],
                                                                                            w["largest"])
-        assert got["fragmentation"] == pytest.approx(1 - w["largest"] / w["free"] if w["free"] else 0.0)
+        assert got["free_scatter"] == pytest.approx(1 - w["largest"] / w["free"] if w["free"] else 0.0)
+        assert got["non_releasable_bytes"] == w["stuck"]
+        assert got["fragmentation"] == pytest.approx(w["stuck"] / w["reserved"])
     kv = d["pools"][2]
     assert kv["free_bytes"] == 0 and kv["reserved_bytes"] > 20 * 2**30  # the KV cache: 21.8 GB, fully allocated
     assert sum(p["reserved_bytes"] for p in d["pools"]) == d["reserved_bytes"]

@@ -61,7 +61,7 @@ def test_series_after_every_event():
     expected = [(a * MiB, r, s * MiB, g, l * MiB) for a, r, s, g, l in CASE_A_SERIES]
     assert got == expected
     frag = replay.fragmentation_series()
-    assert frag[6] == pytest.approx(1 - 11 / 14)
+    assert frag[6] == pytest.approx(14 / 20)  # 14 MiB free, all of it pinned by the live blocks, of 20 reserved
     assert frag[0] == 0.0 and frag[1] == 0.0
 
 
@@ -76,7 +76,8 @@ def test_past_states_block_by_block():
     assert replay.segments_at(0) == []
     fig = replay.figures_at(6)
     assert (fig.free_bytes, fig.free_blocks, fig.largest_free_block) == (14 * MiB, 2, 11 * MiB)
-    assert fig.fragmentation == pytest.approx(1 - 11 / 14)
+    assert fig.free_scatter == pytest.approx(1 - 11 / 14)
+    assert (fig.non_releasable_bytes, fig.fragmentation) == (14 * MiB, pytest.approx(14 / 20))
 
 
 def test_final_replayed_state_is_the_recorded_one():
@@ -182,5 +183,5 @@ def test_inconsistent_trace_warns_and_never_goes_negative():
 
 def test_fragmentation_definition():
     assert fragmentation(0, 0) == 0.0
-    assert fragmentation(10, 10) == 0.0
-    assert fragmentation(14, 11) == pytest.approx(3 / 14)
+    assert fragmentation(10, 10) == 1.0
+    assert fragmentation(3, 14) == pytest.approx(3 / 14)

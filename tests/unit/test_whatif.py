@@ -175,19 +175,19 @@ def test_the_series_is_min_and_max_per_bucket():
              ev("free_requested", a, 4 * MiB), ev("free_completed", a, 4 * MiB)]
     analysis = analysed(snapshot([], trace))
     settings = parse_alloc_conf("")
-    # states by hand: 0 empty; after event 1 a 20 MiB segment with 4 MiB live (one 16 MiB gap); after event 2 one
-    # 12 MiB gap; after event 3 (the free, done at once: its free_completed follows) gaps of 4 and 12 MiB, so
-    # fragmentation 1 - 12/16; event 4 (that free_completed) asks nothing of the allocator
+    # states by hand: 0 empty; after event 1 a 20 MiB segment with 4 MiB live (one 16 MiB gap, pinned by the live
+    # block: 16 of 20 MiB non-releasable); after event 2 one 12 MiB gap; after event 3 (the free, done at once: its
+    # free_completed follows) gaps of 4 and 12 MiB, 16 MiB; event 4 (that free_completed) asks nothing of it
     (r,) = simulate_device(analysis, 0, [("default", settings)], series_points=10**6)
     s = r.given.series.arrays()
     assert s["start"].tolist() == [0, 2, 3, 4]
     assert s["reserved_max"].tolist() == [0, 20 * MiB, 20 * MiB, 20 * MiB]
-    assert s["fragmentation_max"].tolist() == [0.0, 0.0, 0.0, 0.25]
+    assert s["fragmentation_max"].tolist() == [0.0, 0.8, 0.6, 0.8]
     (r,) = simulate_device(analysis, 0, [("default", settings)], series_points=2)
     s = r.given.series.arrays()  # 6 states in buckets of 3: states 0 and 2, then 3 and 4
     assert s["start"].tolist() == [0, 3]
     assert (s["reserved_min"].tolist(), s["reserved_max"].tolist()) == ([0, 20 * MiB], [20 * MiB, 20 * MiB])
-    assert (s["fragmentation_min"].tolist(), s["fragmentation_max"].tolist()) == ([0.0, 0.0], [0.0, 0.25])
+    assert (s["fragmentation_min"].tolist(), s["fragmentation_max"].tolist()) == ([0.0, 0.6], [0.8, 0.8])
 
 
 def old_detour(analysis, conf: str, capacity):
