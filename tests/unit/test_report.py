@@ -15,7 +15,8 @@ from helpers import MiB, block, ev, frames, segment, snapshot
 from test_replay import S, case_a
 
 DEVICE_KEYS = {"device", "reserved_bytes", "allocated_bytes", "requested_bytes", "free_bytes", "free_blocks",
-               "largest_free_block", "fragmentation", "segments", "blocks", "allocations", "trace_events",
+               "largest_free_block", "non_releasable_bytes", "fragmentation", "free_scatter", "at_peak", "segments",
+               "blocks", "allocations", "trace_events",
                "trace_actions", "start_requested_bytes", "peak_requested_bytes", "start_reserved_bytes",
                "peak_reserved_bytes", "pools", "pending_free_bytes", "pending_free_blocks", "kinds", "kinds_at_peak",
                "kind_notes", "peak_requested_state"}
@@ -37,14 +38,20 @@ def test_final_figures_of_case_a():
     d = report(case_a())["devices"][0]
     assert d == {
         "device": 0, "reserved_bytes": 20 * MiB, "allocated_bytes": 4 * MiB, "requested_bytes": 4 * MiB,
-        "free_bytes": 16 * MiB, "free_blocks": 1, "largest_free_block": 16 * MiB, "fragmentation": 0.0,
+        "free_bytes": 16 * MiB, "free_blocks": 1, "largest_free_block": 16 * MiB,
+        # the 16 MiB gap shares its segment with a live block: all of it is non-releasable, 16 of 20 MiB
+        "non_releasable_bytes": 16 * MiB, "fragmentation": 0.8, "free_scatter": 0.0,
+        # the first state of most reserved bytes: the fresh segment, whole and free (releasable)
+        "at_peak": {"state": 1, "reserved_bytes": 20 * MiB, "allocated_bytes": 0, "non_releasable_bytes": 0,
+                    "fragmentation": 0.0, "largest_free_block": 20 * MiB},
         "segments": 1, "blocks": 2, "allocations": 1, "trace_events": 8,
         "trace_actions": {"alloc": 3, "free_requested": 2, "free_completed": 2, "segment_alloc": 1},
         # start = 4 MiB - (allocs 9 MiB - 100 - frees 5 MiB - 100) = 0; peak after the third alloc
         "start_requested_bytes": 0, "peak_requested_bytes": 9 * MiB - 100,
         "start_reserved_bytes": 0, "peak_reserved_bytes": 20 * MiB,
         "pools": [{"pool": [0, 0], "reserved_bytes": 20 * MiB, "allocated_bytes": 4 * MiB, "free_bytes": 16 * MiB,
-                   "largest_free_block": 16 * MiB, "fragmentation": 0.0}],
+                   "largest_free_block": 16 * MiB, "non_releasable_bytes": 16 * MiB, "fragmentation": 0.8,
+                   "free_scatter": 0.0}],
         "pending_free_bytes": 0, "pending_free_blocks": 0,
         # no stacks recorded: every live byte is of kind no_stack, and the note says why; the peak of requested
         # bytes is after the third alloc (state 4), when 4 + 3 + 2 MiB of blocks are live
@@ -58,7 +65,8 @@ def test_at_k_gives_the_state_after_k_events():
     d = report(case_a(), at=6)["devices"][0]
     assert (d["reserved_bytes"], d["requested_bytes"], d["segments"], d["allocations"]) == (20 * MiB, 6 * MiB, 1, 2)
     assert (d["free_bytes"], d["free_blocks"], d["largest_free_block"]) == (14 * MiB, 2, 11 * MiB)
-    assert d["fragmentation"] == pytest.approx(3 / 14)
+    assert (d["non_releasable_bytes"], d["fragmentation"]) == (14 * MiB, pytest.approx(14 / 20))
+    assert d["free_scatter"] == pytest.approx(3 / 14)
     assert d["blocks"] == 4
     assert d["trace_events"] == 8  # trace figures stay whole-trace
     assert report(case_a(), at=8)["devices"] == report(case_a())["devices"]
@@ -118,7 +126,8 @@ def test_text_report_is_readable():
     data["segments"][0]["blocks"][0]["frames"] = frames("forward", "train_step")
     text = report_text(analyze(load_snapshot_bytes(pickle.dumps(data), "case.pickle")), at=6)
     assert "20.00 MiB" in text and "state after 6 of 8 events" in text
-    assert "fragmentation 21.4%" in text
+    assert "fragmentation  70.0%      non-releasable 14.00 MiB of 20.00 MiB reserved" in text
+    assert "free scatter 21.4%" in text
     assert "inferred" in text
     final_text = report_text(analyze(load_snapshot_bytes(pickle.dumps(data), "case.pickle")))
     assert "/home/u/train.py:10 forward" in final_text
