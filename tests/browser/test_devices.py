@@ -65,7 +65,8 @@ def cli_json(*args: str) -> dict:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, str]:
     where = tmp_path_factory.mktemp("devices")
-    return {"oom": write_pickle(str(where / "layoutedit_dump_2dev_oom.pickle"), with_oom_on_device_1(read(TWO_DEVICES))),
+    oom = with_oom_on_device_1(read(TWO_DEVICES))
+    return {"oom": write_pickle(str(where / "layoutedit_dump_2dev_oom.pickle"), oom),
             "pair": write_pickle(str(where / "mini_and_small.pickle"), two_workloads())}
 
 
@@ -174,7 +175,8 @@ def test_the_whatif_page_picks_its_device(page, server):
 
 
 def peak_reserved_cells(page) -> list[str]:
-    return page.evaluate("[...document.querySelectorAll('#whatif-status table tbody tr')].map(r => r.cells[1].innerText)")
+    return page.evaluate("[...document.querySelectorAll('#whatif-status table tbody tr')]"
+                         ".map(r => r.cells[1].innerText)")
 
 
 def test_the_whatif_runs_on_the_chosen_device_and_says_so(page, server, files):
@@ -203,15 +205,15 @@ def test_the_whatif_runs_on_the_chosen_device_and_says_so(page, server, files):
 def test_the_library_says_where_it_sums_over_devices(page, server, files):
     page.goto(server.url + "/")
     page.wait_for_selector("#library-table table")
-    by_name = {r[0]: r for r in page.evaluate(
+    heads = page.evaluate("[...document.querySelectorAll('#library-table thead th')].map(c => c.innerText)")
+    by_name = {r[0]: dict(zip(heads, r)) for r in page.evaluate(
         "[...document.querySelectorAll('#library-table tbody tr')].map(r => [...r.cells].map(c => c.innerText))")}
     report = cli_json("report", files["oom"])["devices"]
     reserved = sum(d["reserved_bytes"] for d in report)
     row = by_name["layoutedit_dump_2dev_oom.pickle"]
-    # snapshot, devices, file, reserved, peak reserved, OOMs, warnings, added
-    assert row[1] == "2 (cuda:0, cuda:1)"
-    assert row[3] == f"{format_bytes(reserved)} (total over 2 devices)"
-    assert row[4].endswith(" (total over 2 devices)") and row[5] == "1 (total over 2 devices)"
+    assert row["devices"] == "2 (cuda:0, cuda:1)"
+    assert row["reserved"] == f"{format_bytes(reserved)} (total over 2 devices)"
+    assert row["peak reserved"].endswith(" (total over 2 devices)") and row["OOMs"] == "1 (total over 2 devices)"
     single = by_name["cs336silmont_small.pickle"]
-    assert "total over" not in " ".join(single) and single[1] == "1 (cuda:0)"
+    assert "total over" not in " ".join(single.values()) and single["devices"] == "1 (cuda:0)"
     assert page.errors == []
