@@ -11,19 +11,22 @@ import pytest
 from conftest import ROOT, Server
 from fragviz.analysis import analyze
 from fragviz.snapshot import load_snapshot
+from fragviz.ui.ids import KIND_NOTES
+from fragviz.usage.stackless import BEFORE_RECORDING, INFERRED_TEXT, REASON_TEXT
 from helpers import REAL
 
 HANMIN = os.path.join(REAL, "hanmin_train_19k.pickle")
 FULLSTEP = os.path.join(REAL, "cs336kk_ctx128_fullstep.pickle")
 NOTRACE = os.path.join(REAL, "selectn_dev1_notrace.pickle")
 SAMPLE = os.path.join(ROOT, "sample_snapshots", "gpt_train.pickle.gz")  # fewer, larger allocations: tall bands
+FORWARD = os.path.join(REAL, "cs336kk_ctx128_forward.pickle")  # a forward pass: its weights have no stack
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
 
 @pytest.fixture(scope="module")
 def usage_server(tmp_path_factory):
     db = str(tmp_path_factory.mktemp("usage") / "store.sqlite")
-    for path in (HANMIN, FULLSTEP, NOTRACE, SAMPLE):  # ids 1, 2, 3, 4
+    for path in (HANMIN, FULLSTEP, NOTRACE, SAMPLE, FORWARD):  # ids 1, 2, 3, 4, 5
         subprocess.run([sys.executable, "-m", "fragviz", "ingest", "--db", db, path], cwd=ROOT, check=True,
                        capture_output=True)
     srv = Server(db, samples=False)
@@ -88,7 +91,9 @@ def test_kind_areas_add_up_to_the_replayed_allocated_bytes(page, usage_server, a
     page.goto(usage_server.url + "/snapshots/2")
     wait_drawn(page, "memory-by-kind", "most live bytes")
     legend = plot(page, "memory-by-kind", "Array.from(p.querySelectorAll('.legendtext')).map(t => t.textContent)")
-    assert {"optimizer state", "gradients", "activations and temporaries"} <= set(legend)
+    assert {"optimizer state", "gradients", "activations and temporaries", "parameters (inferred)"} <= set(legend)
+    # a training step's memory without a stack is shown as inferred, and the card says on what grounds
+    assert page.locator(f"#{KIND_NOTES}").inner_text() == f"parameters (inferred): {INFERRED_TEXT}"
     series = allocated[FULLSTEP]
     totals = totals_by_state(page)
     assert len(totals) > 100
@@ -150,6 +155,15 @@ def test_the_views_share_one_zoom_refined_to_exact_states(page, usage_server, al
     t_range = plot(page, "timeline", "p.layout.xaxis.range")
     b_range = plot(page, "allocation-bands", "p.layout.xaxis.range")
     assert b_range[0] == pytest.approx(t_range[0], abs=1.5) and b_range[1] == pytest.approx(t_range[1], abs=1.5)
+    assert page.errors == []
+
+
+def test_the_kind_card_says_why_memory_has_no_stack(page, usage_server):
+    page.goto(usage_server.url + "/snapshots/5")
+    wait_drawn(page, "memory-by-kind", "most live bytes")
+    legend = plot(page, "memory-by-kind", "Array.from(p.querySelectorAll('.legendtext')).map(t => t.textContent)")
+    assert "no stack recorded" in legend and "other" not in legend and "parameters (inferred)" not in legend
+    assert page.locator(f"#{KIND_NOTES}").inner_text() == f"no stack recorded: {REASON_TEXT[BEFORE_RECORDING]}"
     assert page.errors == []
 
 
