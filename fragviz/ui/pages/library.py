@@ -37,7 +37,7 @@ def table(ctx) -> html.Table | html.P:
     if not rows:
         return html.P("No snapshots yet: add one above.")
     head = html.Thead(html.Tr([html.Th(h) for h in ("snapshot", "devices", "file", "reserved", "peak reserved",
-                                                     "OOMs", "warnings", "added")]))
+                                                     "fragmentation", "OOMs", "warnings", "added")]))
     return html.Table(className="fv-table", children=[head, html.Tbody([_row(row) for row in rows])])
 
 
@@ -50,8 +50,20 @@ def _row(row) -> html.Tr:
         html.Td(summed(fb(e["reserved_bytes"]), n)),
         html.Td(summed(fb(e["peak_reserved_bytes"]), n, "each device's own peak, added up: they need not be at "
                                                          "the same moment")),
+        html.Td(_fragmentation(e["fragmentation"], n)),
         html.Td(summed(str(e["ooms"]), n), className="fv-oom" if e["ooms"] else ""), html.Td(str(e["warnings"])),
         html.Td(e["added_at"].replace("T", " ")[:16])])
+
+
+def _fragmentation(value: float | None, devices: int) -> str | list:
+    """Non-releasable / reserved at the end: for several devices the highest (a share is not added up)."""
+    if value is None:
+        return "not recorded"
+    text = f"{value:.1%}"
+    if devices < 2:
+        return text
+    return [text, " ", html.Span(f"(highest of {devices} devices)", className="fv-hint",
+                                 title="free memory empty_cache() could not give back, as a share of reserved")]
 
 
 def total_note(devices: int) -> str | None:

@@ -232,8 +232,10 @@ def register(app, app_ctx) -> None:
         room = pool_of(segments).largest_free_block  # the general pool's: what a general request can get
         hist = figures.gap_histogram_figure(gaps_of(segments), mark, room, label)
         info = (f"after {event} of {n} events · reserved {fb(fig.reserved_bytes)} · allocated "
-                f"{fb(fig.allocated_bytes)} · cached free {fb(fig.free_bytes)} in {fig.free_blocks} gaps · "
-                f"fragmentation {fig.fragmentation:.1%}" + pools_info(pools, segments))
+                f"{fb(fig.allocated_bytes)} · fragmentation {fig.fragmentation:.1%} (non-releasable "
+                f"{fb(fig.non_releasable_bytes)}) · largest request the cache can serve now "
+                f"{fb(fig.largest_free_block)} · cached free {fb(fig.free_bytes)} in {fig.free_blocks} gaps, "
+                f"free scatter {fig.free_scatter:.1%}" + pools_info(pools, segments))
         # Only a choice made on the page goes into the URL: the URL itself (loaded, or reached by Back) is never
         # rewritten, or a URL without an event would gain one and Back would land on the same page again.
         navigated = trigger in (None, ids.SNAPSHOT_URL)
