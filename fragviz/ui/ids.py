@@ -71,6 +71,7 @@ DOCTOR_SNAPSHOT = "doctor-snapshot"  # the ?snapshot=ID read with the paste
 # What holds memory (the snapshot page): kind areas, allocation bands, and the range both show
 MEMORY_BY = "memory-by-kind"
 MEMORY_BY_GROUP = "memory-by-group"  # "kind" or "site"
+KIND_NOTES = "kind-notes"  # why some memory has no stack recorded, and the rule behind parameters (inferred)
 ALLOC_BANDS = "allocation-bands"
 USAGE_RANGE = "usage-range"
 STACK_SOURCE = "stack-source"  # what the stack panel shows: a block of the segment map or a band
