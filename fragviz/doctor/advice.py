@@ -64,7 +64,8 @@ def _exhaustion(f: OomFacts, helps: dict[str, bool], in_force: InForce) -> list[
 
 
 def _fragmentation(f: OomFacts, helps: dict[str, bool], in_force: InForce) -> list[str]:
-    largest = f" (the largest is {fb(f.largest_free_block)})" if f.largest_free_block is not None else ""
+    shown = f.largest_free_block is not None and (f.requested is None or f.largest_free_block < f.requested)
+    largest = f" (the largest is {fb(f.largest_free_block)})" if shown else ""  # a later state's may be larger
     out = [room_sentence(f) + f"; yet no cached free block could serve the request{largest}: the cached memory "
            "is fragmented."]
     return out + _expandable_advice(f, helps, in_force) + _split_advice(helps, in_force) + [STEADY]

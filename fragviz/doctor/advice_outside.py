@@ -7,7 +7,7 @@ where that memory is a real share; a memory fraction only where one can be set a
 """
 from __future__ import annotations
 
-from fragviz.doctor.cause import device_had_room
+from fragviz.doctor.cause import co_tenant
 from fragviz.doctor.facts import OomFacts
 from fragviz.doctor.inforce import InForce
 from fragviz.doctor.message import FIGURES
@@ -36,7 +36,7 @@ def outside_advice(f: OomFacts, helps: dict[str, bool], in_force: InForce) -> li
 
 def _headline(f: OomFacts) -> str:
     q = f.requested
-    if device_had_room(f):
+    if f.free is not None and f.free >= q and co_tenant(f):
         return (f"Other processes hold {fb(f.others_bytes)} of the {fb(f.total)} device, and the device had "
                 f"{fb(f.free)} free when the message was printed, {fb(f.free - q)} more than the {fb(q)} requested: "
                 "their use changed while the job allocated (a co-tenant racing the job for memory), not a cap.")
@@ -55,15 +55,19 @@ def process_sentences(f: OomFacts) -> list[str]:
         out.append(f"Other processes{gpu} hold {fb(held)}: {listed}. Stop them or move them to another GPU, or give "
                    "this job a GPU of its own (CUDA_VISIBLE_DEVICES).")
     elif f.total is not None and (f.others_bytes or 0) >= 0.1 * f.total:
-        out.append(f"The message lists no other process (PyTorch before 2.1, or NVML cannot see them from here): "
-                   f"nvidia-smi shows who holds the {fb(f.others_bytes)} outside this job{gpu}.")
+        why = "PyTorch before 2.1 does not list them" if f.era in LEGACY_FRACTION else "NVML cannot see them from here"
+        out.append(f"The message lists no other process ({why}): nvidia-smi shows who holds the "
+                   f"{fb(f.others_bytes)} outside this job{gpu}.")
     out.extend(f"Process {p.pid} ({fb(p.bytes)}) is this job itself, so it is left out: stopping it would stop the "
                "job." for p in f.processes if p.own)
     return out
 
 
 def _own_memory_matters(f: OomFacts) -> bool:
-    """Whether the job's own memory outside the allocator is a real share of the device."""
+    """Whether the job's own memory outside the allocator is a real share of the device (not where other processes
+    hold most of it)."""
+    if co_tenant(f):
+        return False
     floor = max(GiB, OWN_SHARE * (f.total or 0))
     if f.job_bytes is not None and f.reserved is not None:
         return f.job_bytes - f.reserved >= floor
@@ -92,8 +96,8 @@ def _of_device(f: OomFacts) -> str:
 def _unseen_limit(f: OomFacts) -> list[str]:
     """The device had the room and the message shows no cap: a limit its figures do not show."""
     hidden_fraction = f.allowed is None and f.era not in LEGACY_FRACTION
-    limits = ("a memory fraction (PyTorch 2.1 to 2.4 do not print it), " if hidden_fraction else "") + (
-        "MIG or MPS limits, or the driver's own accounting, as under Windows WDDM")
+    limits = ("a memory fraction, which PyTorch 2.1 to 2.4 do not print; " if hidden_fraction else "") + (
+        "MIG or MPS limits; or the driver's own accounting, as under Windows WDDM")
     out = [f"The device reported {fb(f.free)} free, {fb(f.free - f.requested)} more than the {fb(f.requested)} "
            f"requested, yet the allocation failed: a limit outside PyTorch's figures applied ({limits})."]
     if f.fraction_is_whole:

@@ -6,10 +6,11 @@ memory past the cap; then asks the device (cudaMalloc), frees its whole free cac
 only then raises, and reads the device's free memory for the message. So, in order:
 
   exhaustion       the request alone is larger than the device
-  capacity_cap     a memory fraction caps PyTorch below the device and reserved + request passes it; or the
-                   device still had the room (free >= request + slack) and nothing else explains the refusal
-  outside_pytorch  the device had the room but other processes hold most of it (a co-tenant that allocates and
-                   frees while the job runs: their use changed between the refusal and the message)
+  capacity_cap     a memory fraction caps PyTorch below the device and reserved + request passes it
+  outside_pytorch  the device had the request free when the message was printed, and other processes hold most
+                   of it (a co-tenant that allocates and frees while the job runs: their use changed between the
+                   refusal and the message)
+  capacity_cap     the device still had the room (free >= request + slack), and nothing else explains the refusal
   fragmentation    cached free memory alone covers the request with DEFRAG_MARGIN to spare: no free block was
                    large enough, whatever else holds the device
   outside_pytorch  memory outside PyTorch's allocator is a tenth of the device and more than its cached free
@@ -69,10 +70,12 @@ def _capped(f: OomFacts) -> str | None:
     return None
 
 
+def _co_tenant_raced(f: OomFacts) -> str | None:
+    return OUTSIDE if f.free is not None and f.free >= f.requested and co_tenant(f) else None
+
+
 def _room_on_device(f: OomFacts) -> str | None:
-    if not device_had_room(f):
-        return None
-    return OUTSIDE if co_tenant(f) else CAP
+    return CAP if device_had_room(f) else None
 
 
 def _cache_covers(f: OomFacts) -> str | None:
@@ -108,4 +111,4 @@ def _exhausted(f: OomFacts) -> str | None:
 
 
 _RULES: tuple[Callable[[OomFacts], str | None], ...] = (
-    _too_large, _capped, _room_on_device, _cache_covers, _outside, _defragmented_room, _exhausted)
+    _too_large, _capped, _co_tenant_raced, _room_on_device, _cache_covers, _outside, _defragmented_room, _exhausted)

@@ -42,7 +42,7 @@ def _inconsistent(f: OomFacts) -> list[str]:
     for name, value in (("reserved by PyTorch", f.reserved), ("allocated by PyTorch", f.allocated),
                         ("free", f.free)):
         if total is not None and value is not None and value > total and not close(value, total):
-            out.append(f"The message's {fb(value)} {name} is more than the device's {fb(total)} total")
+            out.append(f"the message's {fb(value)} {name} is more than the device's {fb(total)} total")
     if f.reserved is not None and f.allocated is not None and f.allocated > f.reserved and not close(
             f.allocated, f.reserved):
         out.append(f"the {fb(f.allocated)} allocated is more than the {fb(f.reserved)} reserved")

@@ -20,6 +20,9 @@ _START = re.compile(
     r"|THCudaCheck\s+FAIL[^\n]*?out\s+of\s+memory"
     r"|(?:CUDA|HIP)\s+error\s*:\s*out\s+of\s+memory"
     r"|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory", re.I)
+# A message pasted from its second sentence on ("Tried to allocate 20.00 MiB (GPU 0; ...").
+_BARE = re.compile(r"Tried\s+to\s+allocate\s+[0-9.]+\s*[KMGT]?i?B(?:ytes)?\s*(?:\(\s*GPU|\.\s*GPU)", re.I)
+_BARE_REACH = 48  # a "Tried to allocate" this close after a start is that message's own
 # What a log puts before each line; stripped (repeatedly) from every line before anything is read.
 _PREFIXES = (
     re.compile(r"^\s*\[rank\s*\d+\]\s*:\s?"),  # torch.distributed's per-rank prefix
@@ -42,6 +45,9 @@ _FIGURES_DONE = re.compile(r"butunallocated\.|\(gpu\d+;[^)]*\)|pytorchlimit\(set
                            r"|cuda_error_out_of_memory|hiperroroutofmemory")
 _HINT_START = re.compile(r"(?:ifreserved|seedocumentation)")
 _HINT_END = re.compile(r"environment-variables\)|memorymanagementandpytorch_(?:cuda_|hip_)?alloc_conf")
+# The end of PyTorch's hint in the message as rejoined: what follows on the line is no longer the message.
+_TEXT_END = re.compile(r"(?:environment-variables|#[a-z][\w-]*)\)|Memory\s*Management\s*and\s*PYTORCH_(?:CUDA_|HIP_)?"
+                       r"ALLOC_CONF", re.I)
 MAX_LINES = 24  # a wrapped message is a few lines; past this the text is something else
 _WIDE = 60  # the shortest line taken for a terminal's hard wrap when several lines share its length
 
@@ -72,7 +78,7 @@ def compact(text: str) -> str:
 def find_messages(text: str) -> list[str]:
     """Every OOM message in pasted text, each on one line, in order, each once."""
     joined = "\n".join(clean_lines(text))
-    starts = [m.start() for m in _START.finditer(joined)]
+    starts = _starts(joined)
     out: list[str] = []
     for i, start in enumerate(starts):
         end = starts[i + 1] if i + 1 < len(starts) else len(joined)
@@ -81,6 +87,12 @@ def find_messages(text: str) -> list[str]:
         if message and message not in out:
             out.append(message)
     return _drop_thc_echoes(out)
+
+
+def _starts(text: str) -> list[int]:
+    starts = [m.start() for m in _START.finditer(text)]
+    bare = [m.start() for m in _BARE.finditer(text) if not any(0 <= m.start() - s <= _BARE_REACH for s in starts)]
+    return sorted(starts + bare)
 
 
 def _one_message(lines: list[str], offset: int = 0) -> str:
@@ -113,7 +125,9 @@ def _rejoin(lines: list[str], offset: int = 0) -> str:
     out = lines[0]
     for length, line in zip(lengths, lines[1:]):
         out += ("" if hard and length == width else " ") + line
-    return re.sub(r"\s+", " ", out).strip()
+    out = re.sub(r"\s+", " ", out).strip()
+    end = _TEXT_END.search(out)
+    return out[:end.end()] if end else out
 
 
 def _drop_thc_echoes(messages: list[str]) -> list[str]:

@@ -25,10 +25,7 @@ def doctor_text(source: str, ooms: list[dict[str, Any]]) -> str:
 
 
 def oom_lines(n: int, o: dict[str, Any]) -> list[str]:
-    if o.get("event") is not None:
-        where = f" at event {o['event']} of device {o['device']}"
-    else:
-        where = f" on GPU {o['device']}" if o.get("device") is not None else ""
+    where = f" at event {o['event']} of device {o['device']}" if o.get("event") is not None else ""
     lines = [f"OOM {n}{where}: {_TITLES[o['verdict']]}"]
     figures = [f"{label} {format_bytes(o[key])}" for key, label in _FIGURES if o.get(key) is not None]
     if figures and o["requested_bytes"]:

@@ -113,7 +113,7 @@ def _with_snapshot(analysis: Analysis, msg: OomMessage, text: str, what_ifs: dic
     facts = facts_from_message(msg)
     together = read_together(analysis, msg)
     if together.device_refusal is not None and strict:
-        raise DeviceMismatch(f"fragviz does not read a message with another device's state: "
+        raise DeviceMismatch(f"a message is not read with another device's state: "
                              f"{together.device_refusal}. Pass the snapshot of the message's device, or leave out "
                              "the snapshot to diagnose the message alone.")
     if not together.same_run or together.device is None:
