@@ -10,7 +10,7 @@ from __future__ import annotations
 from fragviz.doctor.cause import co_tenant
 from fragviz.doctor.facts import OomFacts
 from fragviz.doctor.inforce import InForce
-from fragviz.doctor.message import FIGURES
+from fragviz.doctor.message import FIGURES, close
 from fragviz.units import GiB
 from fragviz.units import format_bytes as fb
 
@@ -78,12 +78,12 @@ def _own_memory_matters(f: OomFacts) -> bool:
 
 def cap_advice(f: OomFacts, helps: dict[str, bool], in_force: InForce) -> list[str]:
     cap, q = f.cap, f.requested
-    if cap is not None:
-        if q > cap:
-            return [f"The request alone ({fb(q)}) is more than the {fb(cap)} that the per-process memory fraction "
-                    f"allows{_of_device(f)}: raise the fraction (torch.cuda.set_per_process_memory_fraction) or "
-                    "split the computation."]
-        used = f.reserved if f.reserved is not None else f.allocated
+    used = f.reserved if f.reserved is not None else (f.allocated if f.era == "async" else None)
+    if cap is not None and q > cap:
+        return [f"The request alone ({fb(q)}) is more than the {fb(cap)} that the per-process memory fraction "
+                f"allows{_of_device(f)}: raise the fraction (torch.cuda.set_per_process_memory_fraction) or split the "
+                "computation."]
+    if cap is not None and used is not None and (used + q > cap or close(used + q, cap)):
         return [f"A per-process memory fraction caps PyTorch at {fb(cap)}{_of_device(f)}, and {fb(used)} reserved "
                 f"plus {fb(q)} requested passes it. Raise or remove torch.cuda.set_per_process_memory_fraction."]
     return _unseen_limit(f)
@@ -100,6 +100,9 @@ def _unseen_limit(f: OomFacts) -> list[str]:
         "MIG or MPS limits; or the driver's own accounting, as under Windows WDDM")
     out = [f"The device reported {fb(f.free)} free, {fb(f.free - f.requested)} more than the {fb(f.requested)} "
            f"requested, yet the allocation failed: a limit outside PyTorch's figures applied ({limits})."]
+    if f.cap is not None:
+        out.append(f"A memory fraction caps PyTorch at {fb(f.cap)}: it may be the limit, but the message does not say "
+                   "how much PyTorch reserved, so whether the request passed it is not known.")
     if f.fraction_is_whole:
         out.append("The memory fraction is 1.0 (the message's allowed figure is the whole device): raising it "
                    "cannot help.")
@@ -118,7 +121,7 @@ def undetermined_advice(f: OomFacts, helps: dict[str, bool], in_force: InForce) 
     if f.era == "thc":
         first = ("This message carries no figures (PyTorch before 1.0): fragviz cannot tell exhaustion from "
                  "fragmentation. Record a snapshot with a current PyTorch to know more.")
-    elif f.era == "async":
+    elif f.era == "async" and None not in (f.total, f.free, f.allocated):
         first = (f"The cudaMallocAsync backend does not print what its pool caches: "
                  f"{fb(f.total - f.free - f.allocated)} of the device is neither free nor held by live tensors (the "
                  "pool's cache, the CUDA context, other processes), and the message does not say which. "
