@@ -15,6 +15,7 @@ from helpers import REAL, ev, segment, block, snapshot, write_pickle
 
 from fragviz.analysis import analyze
 from fragviz.jobs.table import job_figures_of
+from fragviz.metrics import state_figures
 from fragviz.snapshot import load_snapshot
 from fragviz.store.reader import StoreReader
 
@@ -97,8 +98,8 @@ def test_per_rank_figures_match_the_report_of_each_file(ingested):
 
 
 def test_fragmentation_at_the_peak_is_the_replays(ingested):
-    """Worked out from the replay's own series: 1 - largest gap / (reserved - allocated) at the first
-    argmax of reserved."""
+    """Worked out from the replayed state at the first argmax of reserved: the non-releasable bytes of its own
+    segments (counted from scratch, not from the running total) over its reserved bytes."""
     db, directory, _ = ingested
     reader = StoreReader(db)
     figures = job_figures_of(reader, reader.job_named("train-8").id)
@@ -110,8 +111,9 @@ def test_fragmentation_at_the_peak_is_the_replays(ingested):
                 assert row.fragmentation_at_peak is None
                 continue
             at = int(np.argmax(series["reserved"]))
-            free = int(series["reserved"][at] - series["allocated"][at])
-            expected = 1.0 - int(series["largest_gap"][at]) / free if free > 0 else 0.0
+            state = state_figures(analysis.replays[row.device].segments_at(at))
+            assert state.reserved_bytes == int(series["reserved"][at])
+            expected = state.non_releasable_bytes / state.reserved_bytes if state.reserved_bytes else 0.0
             assert row.fragmentation_at_peak == pytest.approx(expected)
 
 

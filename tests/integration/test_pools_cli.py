@@ -11,7 +11,8 @@ from helpers import MiB, real
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 VERL = real("verl_mempools_pending.pickle")
-POOL_KEYS = ["pool", "reserved_bytes", "allocated_bytes", "free_bytes", "largest_free_block", "fragmentation"]
+POOL_KEYS = ["pool", "reserved_bytes", "allocated_bytes", "free_bytes", "largest_free_block", "non_releasable_bytes",
+             "fragmentation", "free_scatter"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -44,7 +45,8 @@ def test_report_json_lists_the_pools_general_first():
             reserved, active, free, largest)
     pending = sum(s["active_size"] - s["allocated_size"] for s in read_raw(VERL).data["segments"])
     assert (device["pending_free_blocks"], device["pending_free_bytes"]) == (9, pending)
-    for key in ("reserved_bytes", "allocated_bytes", "free_bytes", "largest_free_block", "fragmentation"):
+    for key in ("reserved_bytes", "allocated_bytes", "free_bytes", "largest_free_block", "fragmentation",
+                "non_releasable_bytes", "free_scatter", "at_peak"):
         assert key in device  # the keys from before stay
 
 
