@@ -4,8 +4,10 @@
 
 It ingests the bundled samples and, where ../shared/real_snapshots is beside the clone, a real training
 snapshot (a full training step: parameters, activations, gradients, optimizer state) into a temporary store,
-serves it, and writes snapshot.png (the page's top) and kinds.png (live memory by kind) of it, and
-allocations.png (the allocation bands with one band's hover) of the bundled gpt_train sample.
+serves it, and writes snapshot.png (the page's top) and kinds.png (live memory by kind) of it,
+allocations.png (the allocation bands with one band's hover) of the bundled gpt_train sample, library.png (the
+library), and of the bundled fragmentation OOM sample verdict.png (the OOM card and the free gaps at the OOM,
+with the event line's fragmentation figure) and whatif.png (the run again with expandable segments).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ sys.path.insert(0, ROOT)
 from bench.common import serve  # noqa: E402
 REAL = os.path.join(os.path.dirname(ROOT), "shared", "real_snapshots", "cs336kk_ctx128_fullstep.pickle")
 SAMPLE = os.path.join(ROOT, "sample_snapshots", "gpt_train.pickle.gz")
+OOM_SAMPLE = os.path.join(ROOT, "sample_snapshots", "gpt_train_fragmentation_oom.pickle.gz")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 BANDS_DRAWN = ("(() => { const p = document.querySelector('#allocation-bands .js-plotly-plot');"
                " return !!(p && p._fullLayout && p._fullLayout.meta && p._fullLayout.meta.bands); })()")
@@ -47,6 +50,7 @@ def main() -> int:
     args = ap.parse_args()
     db = os.path.join(tempfile.mkdtemp(prefix="fragviz-shots-"), "store.sqlite")
     sources = [REAL, SAMPLE] if os.path.exists(REAL) else [SAMPLE, SAMPLE]  # ids 1 and 2 (or 1 twice)
+    sources.append(OOM_SAMPLE)  # id 3 (or 2)
     subprocess.run([sys.executable, "-m", "fragviz.cli", "ingest", "--db", db, "--no-progress", *sources], cwd=ROOT,
                    check=True, stdout=subprocess.DEVNULL)
     from playwright.sync_api import sync_playwright
@@ -73,11 +77,53 @@ def main() -> int:
             page.wait_for_timeout(800)
             box = bands.bounding_box()  # a clip of the page: an element's own screenshot would scroll first
             page.screenshot(path=os.path.join(args.out, "allocations.png"), clip=box)
+            oom = 3 if os.path.exists(REAL) else 2
+            _library(page, url, args.out)
+            _verdict(page, url, oom, args.out)
+            _whatif(page, url, oom, args.out)
             browser.close()
     finally:
         proc.terminate()
-    print(f"wrote snapshot.png, kinds.png and allocations.png to {args.out}")
+    print(f"wrote snapshot.png, kinds.png, allocations.png, library.png, verdict.png and whatif.png to {args.out}")
     return 0
+
+
+def _library(page, url: str, out: str) -> None:
+    page.set_viewport_size({"width": 1360, "height": 620})
+    page.goto(url + "/")
+    page.wait_for_selector("#library table")
+    page.screenshot(path=os.path.join(out, "library.png"))
+
+
+def _verdict(page, url: str, sid: int, out: str) -> None:
+    """The OOM card beside the free gaps at the OOM's state, and the event line with its fragmentation."""
+    page.set_viewport_size({"width": 1360, "height": 1000})
+    page.goto(f"{url}/snapshots/{sid}")
+    link = page.locator("#oom-verdict a[href*='event=']").first
+    link.wait_for(timeout=120000)
+    link.click()
+    page.wait_for_function("document.querySelector('#event-info') && "
+                           "document.querySelector('#event-info').innerText.includes('fragmentation')", timeout=60000)
+    page.wait_for_timeout(1500)
+    top = page.locator("#event-info").bounding_box()
+    card = page.locator("#oom-verdict").bounding_box()
+    hist = page.locator("#gap-histogram").bounding_box()
+    y0 = min(top["y"], card["y"], hist["y"]) - 8
+    y1 = max(card["y"] + card["height"], hist["y"] + hist["height"]) + 8
+    page.screenshot(path=os.path.join(out, "verdict.png"), full_page=True,
+                    clip={"x": 0, "y": y0, "width": 1360, "height": min(1400, y1 - y0)})
+
+
+def _whatif(page, url: str, sid: int, out: str) -> None:
+    page.goto(f"{url}/whatif/{sid}")
+    page.fill("#whatif-conf", "expandable_segments:True")
+    page.fill("#whatif-memory", "")
+    page.click("#whatif-run")
+    page.wait_for_selector("#whatif-status table", timeout=300000)
+    page.wait_for_function("(() => { const p = document.querySelector('#whatif-timeline .js-plotly-plot');"
+                           " return !!(p && p.data && p.data.length); })()", timeout=120000)
+    page.wait_for_timeout(1500)
+    page.screenshot(path=os.path.join(out, "whatif.png"), full_page=True)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,10 @@ class OomFacts:
     pool_free: int | None = None  # cached free memory of the pool the request was for, where known
     this_process: int | None = None  # what NVML says the job's process holds, PyTorch's memory included
     unread: tuple[str, ...] = ()  # figures the message's era prints that could not be read
+    # of the snapshot's state read, where one is: free bytes empty_cache() could not give back, and their share of
+    # that state's reserved bytes (fragviz.metrics); a message alone says neither
+    non_releasable: int | None = None
+    fragmentation: float | None = None
 
     @property
     def cached_free(self) -> int | None:

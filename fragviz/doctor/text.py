@@ -9,7 +9,8 @@ _TITLES = {"exhaustion": "true exhaustion", "fragmentation": "fragmentation",
            "outside_pytorch": "memory outside PyTorch", "capacity_cap": "a capacity cap",
            "undetermined": "undetermined (the figures read do not tell the cause)"}
 _FIGURES = (("requested_bytes", "requested"), ("reserved_bytes", "reserved by PyTorch"),
-            ("allocated_bytes", "allocated to tensors"), ("largest_free_block", "largest free block"),
+            ("allocated_bytes", "allocated to tensors"),
+            ("largest_free_block", "the largest request the cache could serve"),
             ("device_free_bytes", "device free"), ("device_total_bytes", "device total"),
             ("allowed_bytes", "allowed by the memory fraction"))
 
@@ -30,6 +31,9 @@ def oom_lines(n: int, o: dict[str, Any]) -> list[str]:
     figures = [f"{label} {format_bytes(o[key])}" for key, label in _FIGURES if o.get(key) is not None]
     if figures and o["requested_bytes"]:
         lines.append("  " + "; ".join(figures))
+    if o.get("fragmentation") is not None:
+        lines.append(f"  fragmentation {o['fragmentation']:.1%} of reserved: {format_bytes(o['non_releasable_bytes'])} "
+                     "free but non-releasable (stuck between live blocks; empty_cache() could not give it back)")
     lines.extend(f"  warning: {w}" for w in o.get("warnings", []))
     lines.extend(f"  note: {note}" for note in o.get("notes", []))
     lines.extend(f"  - {a}" for a in o["advice"])

@@ -18,7 +18,7 @@ from fragviz.doctor.message import OomMessage, find_messages, parse_message
 from fragviz.doctor.pools import oom_notes, request_pool_at
 from fragviz.doctor.together import DeviceMismatch, Together, read_together
 from fragviz.doctor.whatifs import cannot_answer, what_if_entries
-from fragviz.metrics import pool_of, state_figures
+from fragviz.metrics import fragmentation, pool_of, state_figures
 from fragviz.model import OOM
 
 __all__ = ["DEFRAG_MARGIN", "PUBLIC_KEYS", "OomFacts", "diagnose", "diagnose_message", "diagnose_message_with",
@@ -26,8 +26,8 @@ __all__ = ["DEFRAG_MARGIN", "PUBLIC_KEYS", "OomFacts", "diagnose", "diagnose_mes
 
 # The keys of one OOM in `fragviz doctor --json`; library callers also get "event".
 PUBLIC_KEYS = ("verdict", "device", "requested_bytes", "reserved_bytes", "allocated_bytes", "device_total_bytes",
-               "device_free_bytes", "allowed_bytes", "largest_free_block", "processes", "advice", "what_if",
-               "warnings", "notes")
+               "device_free_bytes", "allowed_bytes", "largest_free_block", "non_releasable_bytes", "fragmentation",
+               "processes", "advice", "what_if", "warnings", "notes")
 
 
 def _diagnosis(f: OomFacts, what_ifs: list[dict[str, Any]], in_force: InForce,
@@ -38,6 +38,7 @@ def _diagnosis(f: OomFacts, what_ifs: list[dict[str, Any]], in_force: InForce,
     return {"verdict": verdict, "device": f.device, "requested_bytes": f.requested or 0,
             "reserved_bytes": f.reserved, "allocated_bytes": f.allocated, "device_total_bytes": f.total,
             "device_free_bytes": f.free, "allowed_bytes": f.allowed, "largest_free_block": f.largest_free_block,
+            "non_releasable_bytes": f.non_releasable, "fragmentation": f.fragmentation,
             "processes": [p.as_dict() for p in f.processes], "advice": advice(verdict, f, what_ifs, in_force),
             "what_if": what_ifs, "warnings": list(warnings or []) + figure_warnings(f, verdict),
             "notes": figure_notes(f), "event": f.event}
@@ -100,6 +101,8 @@ def _facts_at(analysis: Analysis, device: int, k: int) -> OomFacts:
     s = replay.series
     facts = OomFacts(int(replay.trace.size[k]), int(s["reserved"][k]), int(s["allocated"][k]), None,
                      int(replay.trace.addr[k]), int(s["largest_gap"][k]), None, (), "trace", device, k)
+    facts.non_releasable = int(s["non_releasable"][k])
+    facts.fragmentation = fragmentation(facts.non_releasable, int(s["reserved"][k]))
     pool = request_pool_at(analysis, device, k)  # a general request cannot use private pools' free memory
     if pool is not None:
         facts.pool_free, facts.largest_free_block = pool.free_bytes, pool.largest_free_block
@@ -127,11 +130,14 @@ def _with_snapshot(analysis: Analysis, msg: OomMessage, text: str, what_ifs: dic
             if len(analysis.replays) > 1 or msg.device is None else None)
     if together.oom_event is not None:
         # the snapshot records this very OOM: its state then gives the largest free block, its trace the what-ifs
-        facts.largest_free_block = _facts_at(analysis, device, together.oom_event).largest_free_block
+        at_oom = _facts_at(analysis, device, together.oom_event)
+        facts.largest_free_block = at_oom.largest_free_block
+        facts.non_releasable, facts.fragmentation = at_oom.non_releasable, at_oom.fragmentation
         return _with_note(_diagnosis(facts, what_ifs.get(device, []), in_force), used)
     segments = analysis.snapshot.segments_of(device)
     fig = state_figures(segments)
     facts.largest_free_block = pool_of(segments).largest_free_block  # what a general request could get
+    facts.non_releasable, facts.fragmentation = fig.non_releasable_bytes, fig.fragmentation
     facts.reserved = facts.reserved if facts.reserved is not None else fig.reserved_bytes
     facts.allocated = facts.allocated if facts.allocated is not None else fig.allocated_bytes
     entries = cannot_answer(analysis, device, in_force) if simulate else []
