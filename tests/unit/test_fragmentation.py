@@ -157,3 +157,20 @@ def test_a_fragmentation_oom_reads_high_and_a_healthy_run_reads_low():
     assert frag <= 0.05
     # the old headline calls the healthy cache fragmented: its free memory is many whole segments
     assert free_scatter(healthy.free_bytes(), healthy.largest_free_block()) > 0.5
+
+
+def test_the_doctor_gives_the_figure_of_the_state_at_the_oom():
+    import os
+
+    from fragviz.doctor.text import doctor_text
+    from fragviz.doctor.verdicts import diagnose
+    from fragviz.snapshot import load_snapshot
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    analysis = analyze(load_snapshot(os.path.join(root, "sample_snapshots", "gpt_train_fragmentation_oom.pickle.gz")))
+    (oom,) = diagnose(analysis, simulate=False)
+    state = state_figures(analysis.replays[0].segments_at(oom["event"]))
+    assert (oom["non_releasable_bytes"], oom["fragmentation"]) == (state.non_releasable_bytes,
+                                                                   pytest.approx(state.fragmentation))
+    assert oom["fragmentation"] > 0.15
+    assert f"fragmentation {state.fragmentation:.1%} of reserved" in doctor_text("x", [oom])
