@@ -49,9 +49,10 @@ def peak(path: str, device: int) -> int:
 def summary_lines(d: dict) -> list[str]:
     """The compare page's figures of a state, as its summary card writes them."""
     return [f"reserved\n{format_bytes(d['reserved_bytes'])}", f"allocated\n{format_bytes(d['allocated_bytes'])}",
-            f"cached free\n{format_bytes(d['free_bytes'])}",
-            f"largest free block\n{format_bytes(d['largest_free_block'])}",
-            f"fragmentation\n{d['fragmentation']:.1%}", f"segments\n{d['segments']}"]
+            f"fragmentation\n{d['fragmentation']:.1%}", f"non-releasable\n{format_bytes(d['non_releasable_bytes'])}",
+            f"largest request the cache can serve\n{format_bytes(d['largest_free_block'])}",
+            f"cached free\n{format_bytes(d['free_bytes'])}", f"free scatter\n{d['free_scatter']:.1%}",
+            f"segments\n{d['segments']}"]
 
 
 def raw(path: str) -> dict:

@@ -106,7 +106,8 @@ def test_simulate_command_json_shapes(tmp_path):
     (d,) = json.loads(out.stdout)["devices"]
     assert set(d) == {"device", "mode", "alloc_events", "alloc_address_matches", "segment_allocs_recorded",
                       "segment_allocs_predicted", "segment_allocs_matched", "final_state_matches", "mismatches",
-                      "reservations"}
+                      "reservations", "certain_oom"}
+    assert d["certain_oom"] is None  # no single request of this file exceeds the device
     assert (d["mode"], d["alloc_events"], d["alloc_address_matches"]) == ("follow", 36, 36)
     assert d["reservations"] == []  # no expandable segments in this file
     sim_file = tmp_path / "sim.pickle"
@@ -116,7 +117,7 @@ def test_simulate_command_json_shapes(tmp_path):
     keys = {"settings", "peak_reserved_bytes", "peak_allocated_bytes", "peak_requested_bytes", "final_fragmentation",
             "ooms"}
     what_if_keys = {"device", "mode", "status", "alloc_conf", "recorded", "baseline", "device_memory", "start",
-                    "outcome", "claim"}
+                    "outcome", "claim", "certain_oom"}
     assert set(d) == what_if_keys | keys and set(d["recorded"]) == keys and set(d["baseline"]) == keys
     assert d["settings"]["max_split_size"] == 128 * 1024**2 and d["settings"]["device_memory_bytes"] == 80 * 1024**3
     report = json.loads(subprocess.run([FRAGVIZ, "report", str(sim_file), "--json"], capture_output=True,

@@ -54,17 +54,22 @@ def card(title: str, *children, id: str | None = None, class_name: str = "") -> 
     return html.Section(className=f"fv-card {class_name}", children=[html.H3(title), *children], **kwargs)
 
 
-_OOM_FIGURES = ("requested_bytes", "reserved_bytes", "allocated_bytes", "largest_free_block", "device_free_bytes",
-                "device_total_bytes")
+# (key, label): the figures a verdict card lists, where the diagnosis has them
+_OOM_FIGURES = (("requested_bytes", "requested"), ("reserved_bytes", "reserved"), ("allocated_bytes", "allocated"),
+                ("non_releasable_bytes", "non-releasable"),
+                ("largest_free_block", "largest request the cache could serve"),
+                ("device_free_bytes", "device free"), ("device_total_bytes", "device total"))
 
 
 def verdict_card(o: dict, title: str, link=None) -> html.Div:
     """One OOM diagnosis (an entry of `fragviz doctor --json`): its figures, what limits it, advice, notes and
     what-ifs, under `title`; `link` (to the OOM's state, say) under the title."""
-    figs = [(k, o.get(k)) for k in _OOM_FIGURES if o.get(k) is not None]
+    figs = [(label, fb(o[k])) for k, label in _OOM_FIGURES if o.get(k) is not None]
+    if o.get("fragmentation") is not None:  # of the snapshot's state read, with the non-releasable bytes
+        figs.insert(3, ("fragmentation", f"{o['fragmentation']:.1%} of reserved"))
     return html.Div(className=f"fv-verdict fv-{o['verdict']}", children=[
         html.H4(title), link,
-        html.Dl([c for k, v in figs for c in (html.Dt(k.replace("_bytes", "").replace("_", " ")), html.Dd(fb(v)))]),
+        html.Dl([c for label, v in figs for c in (html.Dt(label), html.Dd(v))]),
         html.Ul([html.Li(w) for w in o["warnings"]], className="fv-warnings") if o.get("warnings") else None,
         html.Ul([html.Li(a) for a in o["advice"]]),
         html.Ul([html.Li(t) for t in o["notes"]], className="fv-notes") if o.get("notes") else None,
