@@ -47,7 +47,8 @@ from __future__ import annotations
 from typing import Callable
 
 from sqlalchemy import (BigInteger, Column, Connection, Float, ForeignKey, ForeignKeyConstraint, Index, Integer,
-                        LargeBinary, MetaData, PrimaryKeyConstraint, Table, Text, UniqueConstraint, inspect, select, text)
+                        LargeBinary, MetaData, PrimaryKeyConstraint, Table, Text, UniqueConstraint, inspect, select,
+                        text)
 
 SCHEMA_VERSION = 5
 
