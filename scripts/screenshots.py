@@ -91,12 +91,13 @@ def main() -> int:
 def _library(page, url: str, out: str) -> None:
     page.set_viewport_size({"width": 1360, "height": 620})
     page.goto(url + "/")
-    page.wait_for_selector("#library table")
+    page.wait_for_selector("#library-table table")
     page.screenshot(path=os.path.join(out, "library.png"))
 
 
 def _verdict(page, url: str, sid: int, out: str) -> None:
-    """The OOM card beside the free gaps at the OOM's state, and the event line with its fragmentation."""
+    """The OOM card and the free gaps at the OOM's state (the event line with its fragmentation is in
+    snapshot.png's top)."""
     page.set_viewport_size({"width": 1360, "height": 1000})
     page.goto(f"{url}/snapshots/{sid}")
     link = page.locator("#oom-verdict a[href*='event=']").first
@@ -105,10 +106,9 @@ def _verdict(page, url: str, sid: int, out: str) -> None:
     page.wait_for_function("document.querySelector('#event-info') && "
                            "document.querySelector('#event-info').innerText.includes('fragmentation')", timeout=60000)
     page.wait_for_timeout(1500)
-    top = page.locator("#event-info").bounding_box()
     card = page.locator("#oom-verdict").bounding_box()
     hist = page.locator("#gap-histogram").bounding_box()
-    y0 = min(top["y"], card["y"], hist["y"]) - 8
+    y0 = min(card["y"], hist["y"]) - 48  # the histogram card's title sits above the graph
     y1 = max(card["y"] + card["height"], hist["y"] + hist["height"]) + 8
     page.screenshot(path=os.path.join(out, "verdict.png"), full_page=True,
                     clip={"x": 0, "y": y0, "width": 1360, "height": min(1400, y1 - y0)})
