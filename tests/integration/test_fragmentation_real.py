@@ -71,3 +71,12 @@ def test_the_series_is_the_state_figure_at_every_checked_state(name):
         at_peak = report_dict(analysis, device=device)["devices"][0]["at_peak"]
         assert at_peak["state"] == peak
         assert at_peak["non_releasable_bytes"] == state_figures(replay.segments_at(peak)).non_releasable_bytes
+
+
+@pytest.mark.parametrize("name", ["hanmin_train_19k.pickle", "cs336kk_ctx128_fullstep.pickle"])
+def test_a_healthy_real_training_run_reads_low(name):
+    """Two real training steps that ran to their end: a few percent of reserved memory is non-releasable, at the
+    end and at the reserved peak, while the old headline (free scatter) read 98-99 % on them."""
+    (device,) = report_dict(analyze(load_snapshot(os.path.join(REAL, name))))["devices"]
+    assert device["fragmentation"] < 0.05 and device["at_peak"]["fragmentation"] < 0.05
+    assert device["free_scatter"] > 0.95
