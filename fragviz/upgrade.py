@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from fragviz.errors import StoreError
+from fragviz.progress import ProgressBar
 from fragviz.replay import DeviceReplay, restore_layout
 from fragviz.replay.engine import run_forward
 from fragviz.replay.stored import load_analysis, series_blobs
@@ -20,14 +21,19 @@ from fragviz.summaries import summary_of
 
 
 def refresh_stale(records: StoreReader, progress: Callable[[int, int], None] | None = None) -> int:
-    """Recompute the figures of every stale snapshot of the store; the number refreshed."""
+    """Recompute the figures of every stale snapshot of the store; the number refreshed. Without `progress`, a
+    bar on the terminal (where standard error is one) follows the work."""
     stale = records.stale_snapshots()
+    if not stale:
+        return 0
+    bar = ProgressBar("updating stored figures") if progress is None else None
+    progress = bar.update if bar is not None else progress
     for done, sid in enumerate(stale):
-        if progress is not None:
-            progress(done, len(stale))
+        progress(done, len(stale))
         refresh_snapshot(records, sid)
-    if progress is not None and stale:
-        progress(len(stale), len(stale))
+    progress(len(stale), len(stale))
+    if bar is not None:
+        bar.close()
     return len(stale)
 
 
