@@ -5,7 +5,9 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from fragviz.allocator.config import AllocatorSettings, settings_from_snapshot
-from fragviz.metrics import state_figures
+import numpy as np
+
+from fragviz.metrics import fragmentation, state_figures
 from fragviz.model import NO_STACK, SEGMENT_MAP, Snapshot
 from fragviz.preview import (REQUESTED_ADDS, REQUESTED_SUBS, RESERVED_ADDS, RESERVED_SUBS,
                              running_total)
@@ -80,6 +82,36 @@ def trace_totals(snapshot: Snapshot, device: int) -> TraceTotals:
                         "segments and its segment allocs explain; start_reserved_bytes is reported as 0")
     return TraceTotals(int(requested[0]), int(requested.max()), int(reserved[0]), int(reserved.max()),
                        tuple(warnings))
+
+
+@dataclass(frozen=True)
+class PeakFigures:
+    """The figures of the first state of most reserved bytes in a device's replayed trace window."""
+    state: int
+    reserved_bytes: int
+    allocated_bytes: int
+    non_releasable_bytes: int
+    largest_free_block: int
+
+    @property
+    def fragmentation(self) -> float:
+        return fragmentation(self.non_releasable_bytes, self.reserved_bytes)
+
+    def as_dict(self) -> dict[str, int | float]:
+        return {"state": self.state, "reserved_bytes": self.reserved_bytes, "allocated_bytes": self.allocated_bytes,
+                "non_releasable_bytes": self.non_releasable_bytes, "fragmentation": self.fragmentation,
+                "largest_free_block": self.largest_free_block}
+
+
+def reserved_peak(analysis: Analysis, device: int) -> PeakFigures | None:
+    """The first state of most reserved bytes in the replayed window (state 0 for a device without trace events;
+    None where the replay kept no series)."""
+    series = analysis.replays[device].series
+    if not len(series.get("reserved", ())):
+        return None
+    state = int(np.argmax(series["reserved"]))
+    return PeakFigures(state, int(series["reserved"][state]), int(series["allocated"][state]),
+                       int(series["non_releasable"][state]), int(series["largest_gap"][state]))
 
 
 def capture_health(snapshot: Snapshot, replay: DeviceReplay) -> list[str]:

@@ -5,12 +5,11 @@ from typing import Any
 
 import numpy as np
 
-from fragviz.analysis import Analysis, trace_totals
+from fragviz.analysis import Analysis, reserved_peak, trace_totals
 from fragviz.errors import UsageError
 from fragviz.metrics import PendingFrees, PoolFigures, StateFigures, pending_frees, pool_figures, state_figures
 from fragviz.model import Segment, Snapshot
 from fragviz.replay import EXACT_FIGURES, SIZES_NOTE
-from fragviz.summaries import reserved_peak
 from fragviz.units import format_bytes
 from fragviz.usage.kinds import kind_totals
 from fragviz.usage.sites import top_sites

@@ -1,13 +1,9 @@
 """The summary the store keeps of each snapshot (fragviz.store.records.Summary), worked out at ingest."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
-from fragviz.analysis import Analysis, trace_totals
+from fragviz.analysis import Analysis, reserved_peak, trace_totals
 from fragviz.doctor.verdicts import diagnose
-from fragviz.metrics import fragmentation, state_figures
+from fragviz.metrics import state_figures
 from fragviz.store.records import DeviceSummary, Summary
 
 
@@ -35,32 +31,3 @@ def _device(analysis: Analysis, device: int, verdicts: tuple[str, ...]) -> Devic
         peak_reserved_bytes=totals.peak_reserved, peak_requested_bytes=totals.peak_requested,
         peak_state=peak.state if peak else None, fragmentation_at_peak=peak.fragmentation if peak else None,
         non_releasable_at_peak=peak.non_releasable_bytes if peak else None, verdicts=verdicts)
-
-
-@dataclass(frozen=True)
-class PeakFigures:
-    """The figures of the first state of most reserved bytes in a device's replayed trace window."""
-    state: int
-    reserved_bytes: int
-    allocated_bytes: int
-    non_releasable_bytes: int
-    largest_free_block: int
-
-    @property
-    def fragmentation(self) -> float:
-        return fragmentation(self.non_releasable_bytes, self.reserved_bytes)
-
-    def as_dict(self) -> dict[str, int | float]:
-        return {"state": self.state, "reserved_bytes": self.reserved_bytes, "allocated_bytes": self.allocated_bytes,
-                "non_releasable_bytes": self.non_releasable_bytes, "fragmentation": self.fragmentation,
-                "largest_free_block": self.largest_free_block}
-
-
-def reserved_peak(analysis: Analysis, device: int) -> PeakFigures | None:
-    """The first state of most reserved bytes in the replayed window (None without a trace)."""
-    series = analysis.replays[device].series
-    if not len(series.get("reserved", ())):
-        return None
-    state = int(np.argmax(series["reserved"]))
-    return PeakFigures(state, int(series["reserved"][state]), int(series["allocated"][state]),
-                       int(series["non_releasable"][state]), int(series["largest_gap"][state]))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
+from fragviz.metrics import stuck_in_gap
+
 U64 = (1 << 64) - 1
 
 
@@ -38,8 +40,7 @@ class Block:
         holds other (active) blocks, none of a whole free segment; in an expandable segment, the partial pages
         at its ends (whole pages inside it are unmapped)."""
         if self.es is not None:
-            begin, end = self.es.pages_to_unmap(self.addr, self.size)
-            return self.size - (end - begin) * self.es.page
+            return stuck_in_gap(self.addr, self.addr + self.size, self.es.base, self.es.page)
         return self.size if self.is_split else 0
 
     @property

@@ -65,7 +65,8 @@ AGENT_METRICS = (
 
 
 def check_stats(data: Any) -> dict[str, Any]:
-    """`data` if it is a stats object whose figures fit the store (ints in 0..2**63-1), else ValueError.
+    """`data` if it is a stats object whose figures fit the store (ints in 0..2**63-1), else ValueError. The
+    devices of an agent from before non_releasable_bytes are given the figures in their current meaning.
 
     A poller may be pointed at anything listening on a port: it records only what has this shape."""
     if not isinstance(data, dict) or not isinstance(data.get("devices"), list):

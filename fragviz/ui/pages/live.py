@@ -102,9 +102,8 @@ def _figures_line(samples: dict[str, list]) -> str:
         return "waiting for the first sample…"
     i = len(samples["t"]) - 1
     s = {k: v[i] for k, v in samples.items()}
-    stuck = s["non_releasable"] if s.get("non_releasable") is not None else s["inactive_split"]
     parts = [f"reserved {fb(s['reserved'])}", f"allocated {fb(s['allocated'])}", f"requested {fb(s['requested'])}",
-             f"fragmentation {100 * s['fragmentation']:.1f}% (non-releasable {fb(stuck)})",
+             f"fragmentation {100 * s['fragmentation']:.1f}% (non-releasable {fb(s['non_releasable'])})",
              f"largest request the cache can serve {fb(s['largest_free'])}"]
     if s["nvml_used"] is not None:
         parts.append(f"NVML used {fb(s['nvml_used'])} (outside PyTorch {fb(max(0, s['nvml_used'] - s['reserved']))})")
