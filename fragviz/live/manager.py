@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import threading
 
-from fragviz.errors import NotFoundError
-from fragviz.live.poller import AgentClient, TargetPoller
+from fragviz.errors import AgentError, NotFoundError
+from fragviz.live.client import AgentClient, NotAnAgent
+from fragviz.live.poller import TargetPoller
 from fragviz.store.engine import open_store
 
 
@@ -55,6 +56,8 @@ class LiveManager:
         store = open_store(self.db_path)
         try:
             return poller.take_snapshot(store, "saved")
+        except (OSError, NotAnAgent) as exc:
+            raise AgentError(f"{poller.client.target}: the snapshot could not be fetched ({exc})") from None
         finally:
             store.close()
 

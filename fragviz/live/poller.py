@@ -14,72 +14,20 @@ import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
 from fragviz.errors import AgentError, StoreError, UsageError
 from fragviz.ingest import ingest_bytes
-from fragviz.live import protocol
+from fragviz.limits import Limits
+from fragviz.live.client import AgentClient, NotAnAgent
 from fragviz.store.live import LiveRecorder
 from fragviz.store.engine import Store, open_store
 
 BACKOFF_MAX = 5.0
-STATS_TIMEOUT = 5.0
-SNAPSHOT_TIMEOUT = 120.0
+MIN_INTERVAL = 0.05  # at most 20 samples a second per attachment, whatever is asked
 Log = Callable[[str], None]
-
-
-class AgentClient:
-    """HTTP to one agent, with its token in an Authorization header."""
-
-    def __init__(self, target: str, token: str | None) -> None:
-        try:
-            host, port = protocol.parse_target(target)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        self.target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.base = protocol.target_url(host, port)
-        self.token = token
-
-    def get(self, path: str, timeout: float = STATS_TIMEOUT) -> bytes:
-        """The body of a 200 answer. AgentError for a refused token; OSError when unreachable; None-free."""
-        req = urllib.request.Request(self.base + path)
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code in (401, 403):
-                raise AgentError(f"{self.target}: the agent refused us ({exc.code}: "
-                                 f"{'wrong or missing token' if exc.code == 401 else 'forbidden'})") from None
-            raise OSError(f"HTTP {exc.code}") from None
-
-    def stats(self) -> dict[str, Any]:
-        return protocol.check_stats(json.loads(self.get(protocol.PATH_STATS)))
-
-    def oom_snapshot(self) -> bytes | None:
-        try:
-            return self.get(protocol.PATH_OOM, SNAPSHOT_TIMEOUT)
-        except OSError as exc:
-            if "HTTP 404" in str(exc):
-                return None
-            raise
-
-    def check(self) -> dict[str, Any]:
-        """One stats request, with what went wrong as one AgentError line."""
-        try:
-            return self.stats()
-        except (OSError, ValueError) as exc:
-            raise AgentError(f"{self.target}: no fragviz agent answers there ({_reason(exc)})") from None
-
-
-def _reason(exc: BaseException) -> str:
-    inner = getattr(exc, "reason", None)
-    return str(inner if inner is not None else exc)[:200]
 
 
 @dataclass
@@ -99,7 +47,7 @@ class TargetPoller:
                  state_every: float | None = None, owner: str = "cli", log: Log | None = None) -> None:
         self.db_path = db_path
         self.client = client
-        self.interval = interval
+        self.interval = max(interval, MIN_INTERVAL)
         self.snapshot_every = snapshot_every
         self.state_every = state_every if state_every is not None else max(2.0, 2 * interval)
         self.owner = owner
@@ -116,6 +64,7 @@ class TargetPoller:
         self._next_state = 0.0
         self._thread: threading.Thread | None = None
         self._waiting_logged = False
+        self._refusing = False  # the last answer was refused (a bad sample): said once until a good one
         self._state_digest: bytes | None = None
 
     def start(self) -> "TargetPoller":
@@ -145,13 +94,26 @@ class TargetPoller:
                     wait = min(wait, deadline - time.monotonic())
                 self.stop.wait(max(0.0, wait))
         except AgentError as exc:
-            self.status.error = str(exc)
-            self.recorder.event(self.attachment_id, "refused", str(exc))
-            self.log(f"fragviz: {exc}")
+            self._stopped(str(exc), "refused")
+        except Exception as exc:  # noqa: BLE001  a bug must end the recording properly, not kill the thread
+            self._stopped(f"{self.client.target}: internal error ({type(exc).__name__}: {exc}); this is a fragviz bug",
+                          "error")
         finally:
-            self.recorder.end(self.attachment_id)
-            self.store.close()
+            try:
+                self.recorder.end(self.attachment_id)
+            except StoreError as exc:
+                self.log(f"fragviz: {self.client.target}: the recording's end was not stored ({exc})")
+            finally:
+                self.store.close()
         return self.status
+
+    def _stopped(self, why: str, kind: str) -> None:
+        self.status.error = why
+        self.log(f"fragviz: {why}")
+        try:
+            self.recorder.event(self.attachment_id, kind, why)
+        except StoreError:
+            pass
 
     def _poll_guarded(self) -> bool:
         """A poll whose store write failed (a store busy for longer than its timeout) loses that sample, not
@@ -167,30 +129,47 @@ class TargetPoller:
         """One poll: True when the agent answered."""
         try:
             stats = self.client.stats()
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             self._went_away(exc)
             return False
+        except NotAnAgent as exc:
+            self._refused_answer(exc)
+            return True
         gap = self._came_back(stats)
         self.recorder.record(self.attachment_id, stats, gap)
         self.status.polls += 1
+        self._refusing = False
         try:
             self._follow_ups(stats)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             self._went_away(exc)
             return False
+        except NotAnAgent as exc:
+            self._refused_answer(exc)
         return True
+
+    def _refused_answer(self, exc: NotAnAgent) -> None:
+        """An answer that is not a usable sample (NaN, too many devices, too large): before any good one, what
+        answers is not an agent (the recording stops); after, that answer is dropped, said once per run of them."""
+        if self._pid is None:
+            raise AgentError(f"{self.client.target}: what answers there is not a fragviz agent ({exc})")
+        self.status.dropped += 1
+        if not self._refusing:
+            self._refusing = True
+            self.recorder.event(self.attachment_id, "bad_answer", str(exc))
+            self.log(f"fragviz: {self.client.target}: an answer was refused ({exc}); dropping such answers")
 
     def _went_away(self, exc: BaseException) -> None:
         if self._pid is None:  # never reached yet: the job may still be starting, nothing is missing
             if self.status.polls == 0 and not self._waiting_logged:
                 self._waiting_logged = True
-                self.log(f"fragviz: {self.client.target}: no agent answers yet ({_reason(exc)}); waiting for it")
+                self.log(f"fragviz: {self.client.target}: no agent answers yet ({exc}); waiting for it")
             return
         if self._down_since is None:
             self._down_since = time.time()
             self.status.gaps += 1
-            self.recorder.event(self.attachment_id, "disconnected", _reason(exc), t=self._down_since)
-            self.log(f"fragviz: {self.client.target}: the agent went away ({_reason(exc)}); retrying")
+            self.recorder.event(self.attachment_id, "disconnected", str(exc), t=self._down_since)
+            self.log(f"fragviz: {self.client.target}: the agent went away ({exc}); retrying")
 
     def _came_back(self, stats: dict[str, Any]) -> bool:
         gap = self._down_since is not None
@@ -223,15 +202,14 @@ class TargetPoller:
 
     def _record_state(self) -> None:
         """The latest segments, written only when they changed (a page redraws its map when they do)."""
-        body = self.client.get(protocol.PATH_STATE)
-        state = json.loads(body)
+        state = self.client.state()
         digest = hashlib.sha1(json.dumps(state["segments"], sort_keys=True).encode()).digest()
         if digest != self._state_digest:
             self.recorder.state(self.attachment_id, state["time"], state["segments"])
             self._state_digest = digest
 
     def _take_oom(self, stats: dict[str, Any]) -> None:
-        blob = self.client.oom_snapshot()
+        blob = self.client.oom_snapshot(Limits.current().max_file_size)
         if blob is None:
             return
         sid = self._ingest(self.recorder, blob, "oom", stats["pid"])
@@ -242,8 +220,9 @@ class TargetPoller:
             self.log(f"fragviz: {self.client.target}: out of memory; the state at the failure is snapshot {sid}")
 
     def take_snapshot(self, store: Store, kind: str = "snapshot") -> int | None:
-        """Fetch the current snapshot with its trace into the library: its id (None if it could not be read)."""
-        blob = self.client.get(protocol.PATH_SNAPSHOT + "?trace=1", SNAPSHOT_TIMEOUT)
+        """Fetch the current snapshot with its trace into the library: its id (None if it could not be read).
+        OSError when the agent cannot be reached, NotAnAgent for an answer past the file size limit."""
+        blob = self.client.snapshot(Limits.current().max_file_size)
         recorder = self.recorder if store is self.store else LiveRecorder(store)
         sid = self._ingest(recorder, blob, kind, self._pid)
         if sid is not None:
@@ -265,8 +244,12 @@ class TargetPoller:
 
 def attach_command(db_path: str, targets: list[str], token: str | None, interval: float,
                    snapshot_every: float | None, duration: float | None, log: Log | None = None) -> int:
-    """`fragviz attach`: poll every target until Ctrl-C (or SIGTERM) or `duration`; 0, or 2 if one was refused."""
+    """`fragviz attach`: poll every target until Ctrl-C (or SIGTERM) or `duration`. 0; 2 when a target refused
+    us, turned out not to be an agent, or (with a duration) never answered."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    if interval < MIN_INTERVAL:
+        raise UsageError(f"--interval {interval:g}s: polls may come at most every {MIN_INTERVAL:g}s "
+                         f"({1 / MIN_INTERVAL:.0f} a second)")
     clients = [AgentClient(t, token) for t in targets]
     pollers = [TargetPoller(db_path, c, interval, snapshot_every, owner="cli", log=log) for c in clients]
     deadline = None if duration is None else time.monotonic() + duration
@@ -289,11 +272,23 @@ def attach_command(db_path: str, targets: list[str], token: str | None, interval
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     for p in pollers:
-        s = p.status
-        log(f"fragviz: {p.client.target}: {s.polls} polls, {len(s.snapshots)} snapshots, {len(s.ooms)} OOM "
-            f"snapshots{' (' + ', '.join(map(str, s.ooms)) + ')' if s.ooms else ''}, {s.gaps} gaps"
-            + (f"; stopped: {s.error}" if s.error else ""))
+        _summary(p, log)
     return 2 if any(p.status.error for p in pollers) else 0
+
+
+def _summary(p: TargetPoller, log: Log) -> None:
+    """The closing line of one target; one that never answered in the whole duration (not stopped by Ctrl-C)
+    becomes an error."""
+    s = p.status
+    if s.error and s.polls == 0:
+        return  # its one line is said
+    if s.polls == 0 and not p.stop.is_set():
+        s.error = f"{p.client.target}: no fragviz agent answered there"
+        log(f"fragviz: {s.error}")
+        return
+    log(f"fragviz: {p.client.target}: {s.polls} polls, {len(s.snapshots)} snapshots, {len(s.ooms)} OOM "
+        f"snapshots{' (' + ', '.join(map(str, s.ooms)) + ')' if s.ooms else ''}, {s.gaps} gaps"
+        + (f", {s.dropped} answers dropped" if s.dropped else "") + (f"; stopped: {s.error}" if s.error else ""))
 
 
 def _stop_all(pollers: list[TargetPoller]) -> None:

@@ -31,6 +31,13 @@ STATS_DEVICE_KEYS = ("device", "allocated_bytes", "reserved_bytes", "active_byte
                      "fragmentation", "free_scatter", "processes")
 OPTIONAL_DEVICE_KEYS = ("device_total_bytes", "device_free_bytes", "nvml_used_bytes")  # null where unknown
 RATIO_KEYS = ("fragmentation", "free_scatter")
+# What a client reads of an agent's answers: a real job's stats take a few KB, its state a few MB (a block
+# is some 40 bytes of JSON). Parsed JSON takes up to ~30x its text, so these also bound the reader's memory.
+MAX_STATS_BYTES = 256 << 10
+MAX_STATE_BYTES = 16 << 20
+MAX_DEVICES = 64  # per stats object: more GPUs than any one process drives
+BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
+POOLS = ("large", "small")
 COUNT_KEYS = tuple(k for k in STATS_DEVICE_KEYS if k not in ("device", "processes") + RATIO_KEYS)
 
 # (stats key, metric name, type, help). Counters end in _total, as the exposition format asks.
@@ -71,8 +78,12 @@ def check_stats(data: Any) -> dict[str, Any]:
     A poller may be pointed at anything listening on a port: it records only what has this shape."""
     if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
         raise ValueError("not a fragviz agent: no stats object")
-    if not _is_int(data.get("pid")) or not isinstance(data.get("time"), (int, float)):
+    if not _is_int(data.get("pid")) or not _is_time(data.get("time")):
         raise ValueError("not a fragviz agent: the stats object has no pid or time")
+    if len(data["devices"]) > MAX_DEVICES:
+        raise ValueError(f"{len(data['devices']):,} devices in one stats object (at most {MAX_DEVICES} are recorded)")
+    if data.get("rank") is not None and not _is_int(data["rank"]):
+        raise ValueError("not a fragviz agent: rank is not a count")
     for dev in data["devices"]:
         if not isinstance(dev, dict) or not _is_int(dev.get("device")):
             raise ValueError("not a fragviz agent: a device without its index")
@@ -82,9 +93,40 @@ def check_stats(data: Any) -> dict[str, Any]:
             if not _is_int(dev.get(key)) and not (key in OPTIONAL_DEVICE_KEYS and dev.get(key) is None):
                 raise ValueError(f"not a fragviz agent: {key} is not a count")
         for key in RATIO_KEYS:
-            if not isinstance(dev.get(key), (int, float)) or isinstance(dev.get(key), bool):
-                raise ValueError(f"not a fragviz agent: {key} is not a number")
+            if not _is_ratio(dev.get(key)):
+                raise ValueError(f"not a fragviz agent: {key} is not a ratio between 0 and 1")
     return data
+
+
+def check_state(data: Any) -> dict[str, Any]:
+    """`data` if it is a state object (time and compact segments, as `compact_segment` writes them) whose
+    figures fit the store, else ValueError."""
+    if not isinstance(data, dict) or not _is_time(data.get("time")) or not isinstance(data.get("segments"), list):
+        raise ValueError("not a fragviz agent: no state object")
+    for seg in data["segments"]:
+        if not isinstance(seg, dict) or not all(_is_int(seg.get(k)) for k in ("device", "address", "total_size")):
+            raise ValueError("not a fragviz agent: a segment without its device, address or size")
+        if not _is_int(seg.get("stream", 0)) or seg.get("pool", "large") not in POOLS:
+            raise ValueError("not a fragviz agent: a segment's stream or pool is not one")
+        pool_id = seg.get("pool_id")
+        if pool_id is not None and not (isinstance(pool_id, list) and len(pool_id) == 2 and all(map(_is_int, pool_id))):
+            raise ValueError("not a fragviz agent: a segment's pool id is not a pair of counts")
+        blocks = seg.get("blocks")
+        if not isinstance(blocks, list) or not all(_is_block(b) for b in blocks):
+            raise ValueError("not a fragviz agent: a segment's blocks are not [address, size, requested, state]")
+    return data
+
+
+def _is_block(b: Any) -> bool:
+    return isinstance(b, list) and len(b) == 4 and all(map(_is_int, b[:3])) and b[3] in BLOCK_STATES
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _is_ratio(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
 
 
 def _from_an_older_agent(dev: dict[str, Any]) -> None:

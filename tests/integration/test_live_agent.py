@@ -14,7 +14,8 @@ import torch
 
 from fragviz.errors import AgentError
 from fragviz.live import start_agent
-from fragviz.live.poller import AgentClient, TargetPoller
+from fragviz.live.client import AgentClient
+from fragviz.live.poller import TargetPoller
 from fragviz.library import Library
 
 MiB = 2**20
@@ -79,7 +80,7 @@ def test_the_agent_lingers_until_the_newest_oom_snapshot_is_fetched():
     assert fetched and fetched[0][:1] == b"\x80"  # stop waited for the fetch (a pickle came back)
 
 
-def test_a_poller_pointed_at_something_else_records_nothing_and_carries_on(tmp_path):
+def test_a_poller_pointed_at_something_else_records_nothing_and_stops(tmp_path):
     import http.server
 
     class Junk(http.server.BaseHTTPRequestHandler):
@@ -99,9 +100,10 @@ def test_a_poller_pointed_at_something_else_records_nothing_and_carries_on(tmp_p
         target = f"127.0.0.1:{server.server_address[1]}"
         with pytest.raises(Exception) as err:
             AgentClient(target, None).check()
-        assert "no fragviz agent answers there" in str(err.value) and "is not a count" in str(err.value)
+        assert "is not a fragviz agent" in str(err.value) and "is not a count" in str(err.value)
         poller = TargetPoller(str(tmp_path / "s.sqlite"), AgentClient(target, None), 0.05, None)
-        assert poller.poll_once() is False and poller.poll_once() is False
+        with pytest.raises(AgentError, match="not a fragviz agent"):
+            poller.poll_once()  # never an agent there: the recording stops (run() ends the attachment)
         assert Library.open(str(tmp_path / "s.sqlite")).live.samples(poller.attachment_id)["id"] == []
     finally:
         server.shutdown()
