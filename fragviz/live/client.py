@@ -143,15 +143,19 @@ def _check_status(target: str, path: str, status: int) -> None:
 
 
 def _read_body(resp: http.client.HTTPResponse, limit: int, path: str) -> bytes:
-    declared = resp.getheader("Content-Length")
-    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-        raise NotAnAgent(f"{path} declares {format_bytes(int(declared))}, over the {format_bytes(limit)} "
+    """The body, refused past `limit`; an answer shorter than its Content-Length broke off."""
+    text = (resp.getheader("Content-Length") or "").strip()
+    declared = int(text) if text.isdigit() else None
+    if declared is not None and declared > limit:
+        raise NotAnAgent(f"{path} declares {format_bytes(declared)}, over the {format_bytes(limit)} "
                          "an agent's answer may take")
     body = bytearray()
     while chunk := resp.read(min(_READ_CHUNK, limit + 1 - len(body))):
         body += chunk
         if len(body) > limit:
             raise NotAnAgent(f"{path} sent over {format_bytes(limit)}, more than an agent's answer may take")
+    if declared is not None and len(body) < declared:  # http.client returns what came, without IncompleteRead
+        raise AgentUnreachable(f"the answer to {path} broke off after {len(body):,} of {declared:,} bytes")
     return bytes(body)
 
 

@@ -64,7 +64,7 @@ class TargetPoller:
         self._next_state = 0.0
         self._thread: threading.Thread | None = None
         self._waiting_logged = False
-        self._refusing = False  # the last answer was refused (a bad sample): said once until a good one
+        self._refusing: set[str] = set()  # what was last refused (stats, state): said once until a good one
         self._state_digest: bytes | None = None
 
     def start(self) -> "TargetPoller":
@@ -133,29 +133,27 @@ class TargetPoller:
             self._went_away(exc)
             return False
         except NotAnAgent as exc:
-            self._refused_answer(exc)
+            self._refused_answer(exc, "stats")
             return True
         gap = self._came_back(stats)
         self.recorder.record(self.attachment_id, stats, gap)
         self.status.polls += 1
-        self._refusing = False
+        self._refusing.discard("stats")
         try:
             self._follow_ups(stats)
         except OSError as exc:
             self._went_away(exc)
             return False
-        except NotAnAgent as exc:
-            self._refused_answer(exc)
         return True
 
-    def _refused_answer(self, exc: NotAnAgent) -> None:
+    def _refused_answer(self, exc: NotAnAgent, what: str) -> None:
         """An answer that is not a usable sample (NaN, too many devices, too large): before any good one, what
         answers is not an agent (the recording stops); after, that answer is dropped, said once per run of them."""
         if self._pid is None:
             raise AgentError(f"{self.client.target}: what answers there is not a fragviz agent ({exc})")
         self.status.dropped += 1
-        if not self._refusing:
-            self._refusing = True
+        if what not in self._refusing:
+            self._refusing.add(what)
             self.recorder.event(self.attachment_id, "bad_answer", str(exc))
             self.log(f"fragviz: {self.client.target}: an answer was refused ({exc}); dropping such answers")
 
@@ -189,20 +187,30 @@ class TargetPoller:
 
     def _follow_ups(self, stats: dict[str, Any]) -> None:
         ooms = {d["device"]: int(d.get("num_ooms") or 0) for d in stats["devices"]}
-        if any(n > self._ooms.get(dev, 0) for dev, n in ooms.items()):
-            self._take_oom(stats)
-        self._ooms = ooms
+        try:
+            if any(n > self._ooms.get(dev, 0) for dev, n in ooms.items()):
+                self._take_oom(stats)
+            self._ooms = ooms
+            now = time.monotonic()
+            if self._next_snapshot is not None and now >= self._next_snapshot:
+                self._next_snapshot = now + (self.snapshot_every or 0)
+                self.take_snapshot(self.store, "snapshot")
+        except NotAnAgent as exc:  # a snapshot past the file size limit
+            self._ooms = ooms
+            self._refused_answer(exc, "snapshot")
         now = time.monotonic()
-        if self._next_snapshot is not None and now >= self._next_snapshot:
-            self._next_snapshot = now + (self.snapshot_every or 0)
-            self.take_snapshot(self.store, "snapshot")
         if now >= self._next_state:
             self._next_state = now + self.state_every
             self._record_state()
 
     def _record_state(self) -> None:
         """The latest segments, written only when they changed (a page redraws its map when they do)."""
-        state = self.client.state()
+        try:
+            state = self.client.state()
+        except NotAnAgent as exc:
+            self._refused_answer(exc, "state")
+            return
+        self._refusing.discard("state")
         digest = hashlib.sha1(json.dumps(state["segments"], sort_keys=True).encode()).digest()
         if digest != self._state_digest:
             self.recorder.state(self.attachment_id, state["time"], state["segments"])
