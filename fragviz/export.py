@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from fragviz.cells import spreadsheet_text
 from fragviz.errors import UsageError
 from fragviz.lod import per_event
 from fragviz.model import NO_TIME, Segment
@@ -212,9 +213,20 @@ def write_frame(frame: pd.DataFrame, fmt: str, out: str | IO) -> None:
     if fmt == "parquet":
         frame.to_parquet(out, engine="pyarrow", index=False)
     elif fmt == "csv":
-        frame.to_csv(out, index=False)
+        spreadsheet_safe(frame).to_csv(out, index=False)
     else:
         raise UsageError(f"cannot write '{str(fmt)[:40]}': choose one of {', '.join(FORMATS)}")
+
+
+def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with every text cell that a spreadsheet would read as a formula quoted (fragviz.cells)."""
+    text = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c]) and not frame[c].empty]
+    if not text:
+        return frame
+    safe = frame.copy()
+    for column in text:
+        safe[column] = frame[column].map(spreadsheet_text, na_action="ignore").astype(frame[column].dtype)
+    return safe
 
 
 def file_name(name: str, ident: str, what: str, fmt: str) -> str:

