@@ -1,8 +1,8 @@
 """Single values of a snapshot checked into the model's types and ranges, at the parse boundary.
 
 Every value the parser keeps goes through here once: integers into their ranges (PyTorch's sizes,
-addresses and times are int64 or size_t), strings within max_string characters and encodable (a lone
-surrogate becomes U+FFFD), free-form fields (allocator_settings, external_annotations) copied into plain
+addresses and times are int64 or size_t), strings within max_string characters and storable (a lone
+surrogate or a NUL becomes U+FFFD), free-form fields (allocator_settings, external_annotations) copied into plain
 JSON data under a budget of objects and a depth limit, so that memo-shared references (a "billion
 laughs") are refused before anything walks them. Messages name the file, the field and where, and show
 the bad value cut to 80 characters.
@@ -64,6 +64,8 @@ class Values:
             raise self.limits.refuse(self.source, "max_string", f"{where} is a string of {len(value):,} characters")
         if not value.isascii() and _SURROGATES.search(value):
             value = _SURROGATES.sub("\ufffd", value)
+        if "\x00" in value:  # no text column of PostgreSQL's holds NUL: one spelling on every engine
+            value = value.replace("\x00", "\ufffd")
         return value
 
     def plain(self, value: Any, where: str) -> Any:

@@ -74,7 +74,10 @@ class Store:
                 raise self.error(exc) from None
 
     def rows(self, sql: str, **params: Any) -> list[tuple]:
-        """The rows of one SQL query with named parameters (`:name`), for tools and tests."""
+        """The rows of one SQL query with named parameters (`:name`): none when a parameter is an integer no
+        column can hold (an id of 2^63 or more matches no row; the engines would fail on it, each its own way)."""
+        if not params_fit(params):
+            return []
         with self.reading() as conn:
             return [tuple(r) for r in conn.execute(text(sql), params)]
 
@@ -111,6 +114,11 @@ class _NoLock:
 
     def __exit__(self, *exc) -> None:
         return None
+
+
+def params_fit(params: dict[str, Any]) -> bool:
+    """Whether every integer parameter fits a 64-bit column (what every id, count and size here is)."""
+    return all(-(1 << 63) <= v < (1 << 63) for v in params.values() if isinstance(v, int))
 
 
 def open_store(target: str, readonly: bool = False) -> Store:

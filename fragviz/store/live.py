@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from fragviz.model import Block, BlockState, Segment
 from fragviz.store import schema as tables
@@ -124,8 +124,7 @@ class LiveReader:
         self.store = store
 
     def _rows(self, sql: str, **params: Any) -> list[tuple]:
-        with self.store.reading() as conn:
-            return [tuple(r) for r in conn.execute(text(sql), params)]
+        return self.store.rows(sql, **params)
 
     def attachments(self) -> list[Attachment]:
         rows = self._rows("SELECT id, target, owner, pid, simulated, rank, started_at, last_seen, ended_at "

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import text
 
 from fragviz.columns import decode_columns
 from fragviz.errors import NotFoundError
@@ -49,8 +48,7 @@ class StoreReader:
         self.store.close()
 
     def _rows(self, sql: str, **params: Any) -> list[tuple]:
-        with self.store.reading() as conn:
-            return [tuple(r) for r in conn.execute(text(sql), params)]
+        return self.store.rows(sql, **params)
 
     def _one(self, sql: str, **params: Any) -> tuple | None:
         rows = self._rows(sql, **params)

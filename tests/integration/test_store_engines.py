@@ -260,3 +260,60 @@ def test_reading_an_empty_database_says_there_is_no_store_yet(pg_url):
         Library.open(pg_url)
     assert str(err.value) == f"{redacted(pg_url)}: no fragviz store here yet (ingest a snapshot into it first)"
     assert "***" in redacted(pg_url)
+
+
+# -- values at the edges: ids no column holds, NUL in the file's strings ----------------------------------------
+
+def nul_snapshot(path: str) -> str:
+    from helpers import block, ev, segment, snapshot, write_pickle
+
+    stack = [{"filename": "/home/u/tr\x00ain.py", "line": 3, "name": "fwd\x00"}]
+    events = [ev("segment_alloc", 0, 2 << 20), ev("alloc", 0, 1 << 20, frames=stack)]
+    return write_pickle(path, snapshot([segment(0, [block(0, 1 << 20, stack=stack), block(1 << 20, 1 << 20, "inactive")])],
+                                       events, allocator_settings={"k\x00": "v\x00"},
+                                       external_annotations=[{"name": "step\x00", "stage": "START", "time_us": 1}]))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_nul_in_a_files_strings_is_stored_the_same_on_both_engines(tmp_path, engine):
+    target = new_store_target(engine, tmp_path)
+    try:
+        store = open_store(target)
+        result = ingest_file(store, nul_snapshot(str(tmp_path / "nul.pickle")), name="nul")
+        assert result.status == "ingested", result.error
+        library = Library.open(store)
+        frames = {(f.filename, f.name) for stack in [library.stack_frames(result.id, s)
+                                                      for s in range(len(library.stacks(result.id)[1]))] for f in stack}
+        assert ("/home/u/tr\ufffdain.py", "fwd\ufffd") in frames
+        meta = library.snapshot_meta(result.id)
+        assert meta["allocator_settings"] == {"k\ufffd": "v\ufffd"}
+        assert meta["external_annotations"][0]["name"] == "step\ufffd"
+        store.close()
+    finally:
+        drop_store_target(target)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_id_no_column_can_hold_is_no_such_snapshot(tmp_path, engine):
+    from fragviz.errors import NotFoundError
+
+    target = new_store_target(engine, tmp_path)
+    try:
+        store = open_store(target)
+        assert ingest_file(store, nul_snapshot(str(tmp_path / "s.pickle")), name="s").status == "ingested"
+        library = Library.open(store)
+        for sid in (2**63, 2**64 + 1, -(2**63) - 1):
+            with pytest.raises(NotFoundError, match=f"no snapshot with id {sid}"):
+                library.snapshot_row(sid)
+            with pytest.raises(NotFoundError, match=f"no snapshot with id {sid}"):
+                library.snapshot_meta(sid)
+            assert library.live.attachment(sid) is None
+        with pytest.raises(NotFoundError, match="no job with id"):
+            library.job(2**63)
+        store.close()
+        done = subprocess.run([*FRAGVIZ, "export", str(2**63), "--db", target, "--format", "csv", "-o", "-"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and f"no snapshot with id {2**63}" in done.stderr, done.stderr
+        assert "fragviz bug" not in done.stderr and done.stderr.count("\n") == 1
+    finally:
+        drop_store_target(target)
