@@ -4,7 +4,9 @@ Each target (one per rank) gets a thread that polls `/v1/stats` every interval a
 device; takes a full snapshot (with its trace) into the library every `snapshot_every` seconds; fetches
 the OOM snapshot as soon as an agent counts a new OOM; keeps the latest segments for live pages. When an
 agent cannot be reached it marks the gap, retries with backoff and carries on when the agent (or a
-restarted job, with a new pid) answers again. A refused token stops that target: retrying cannot help.
+restarted job, with a new pid) answers again. A refused token stops that target: retrying cannot help; so
+does an answer that is not an agent's before any good one (fragviz.live.client says which is which). After a
+good one, a bad answer (NaN, too many devices, too large) is dropped and recorded once per run of them.
 """
 from __future__ import annotations
 
