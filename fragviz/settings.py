@@ -125,6 +125,8 @@ SETTINGS = {
         Setting("upload_slots", "4", "uploads the dashboard receives at once (more get 503 and Retry-After)",
                 "int"),
         Setting("read_timeout", "30s", "how long the dashboard waits on a silent client", "duration"),
+        Setting("upload_min_rate", "16KiB", "slowest an upload may arrive, in bytes a second over each "
+                "read_timeout (slower: 408, its slot freed; 0: no floor)", "size"),
         Setting("busy_timeout", "10s", "how long a store write waits on another writer before 'busy'",
                 "duration"),
     )

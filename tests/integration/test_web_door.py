@@ -1,24 +1,32 @@
 """The dashboard's web door, against the real server (`python -m fragviz serve` in a subprocess) over real
 HTTP and raw sockets: uploads streamed in constant memory, the size limit, the upload slots, read timeouts,
-binding, Host and same-origin checks, tokens (Bearer, cookie, never logged), a busy store, upload names.
+the minimum rate, binding, Host and same-origin checks, tokens (Bearer, a cookie of this server's and this
+run's own, never logged), framing, a busy store, upload names, deep JSON, and ingest children that end with
+their upload (the client gone, the server stopped or killed) leaving no file behind.
 
-No timing asserts: every wait is on a condition, with a generous deadline."""
+No timing asserts: every wait is on a condition, with a generous deadline. An ingest is caught in the middle
+by stopping its child (SIGSTOP) once its progress shows, and let go (SIGCONT) once it has been told to end."""
 from __future__ import annotations
 
 import http.client
 import json
 import os
+import pickle
 import select
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import time
+import uuid
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 from urllib.parse import quote
 
 import pytest
 
+from fragviz.synth import synthetic_snapshot
 from helpers import MiB, block, segment, snapshot, write_pickle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,8 +60,8 @@ class Served:
     """`python -m fragviz serve` on a free port, its stderr kept in a file."""
 
     def __init__(self, tmp: str, env: dict[str, str] | None = None, host: str = "127.0.0.1", args: Iterable[str] = (),
-                 connect_to: str = "127.0.0.1") -> None:
-        self.port, self.connect_to, self.host = free_port(), connect_to, host
+                 connect_to: str = "127.0.0.1", port: int | None = None) -> None:
+        self.port, self.connect_to, self.host = port or free_port(), connect_to, host
         self.db = os.path.join(tmp, f"store-{self.port}.sqlite")
         self.err_path = os.path.join(tmp, f"serve-{self.port}.err")
         self._err = open(self.err_path, "wb")
@@ -118,6 +126,19 @@ def small(tmp_path_factory):
     """A 1 MiB upload limit, two upload slots, a store that waits 1 s for its lock, a long read timeout."""
     srv = Served(str(tmp_path_factory.mktemp("small")), {"FRAGVIZ_MAX_UPLOAD_SIZE": "1MiB", "FRAGVIZ_UPLOAD_SLOTS": "2",
                                                          "FRAGVIZ_BUSY_TIMEOUT": "1s", "FRAGVIZ_READ_TIMEOUT": "120s"})
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def brisk(tmp_path_factory):
+    """A 2 s read timeout, uploads at 1 KiB/s at least, two upload slots; its temporary files in `brisk.spool`."""
+    tmp = tmp_path_factory.mktemp("brisk")
+    spool = tmp / "spool"
+    spool.mkdir()
+    srv = Served(str(tmp), {"FRAGVIZ_READ_TIMEOUT": "2s", "FRAGVIZ_UPLOAD_MIN_RATE": "1KiB",
+                            "FRAGVIZ_UPLOAD_SLOTS": "2", "TMPDIR": str(spool)})
+    srv.spool = spool
     yield srv
     srv.stop()
 
@@ -211,7 +232,7 @@ def test_a_300_mib_upload_is_streamed_to_a_temporary_file_in_constant_memory(tmp
         for i in range(size // len(chunk)):
             peak = max(peak, srv.proc_status("VmRSS"))  # sampled before each send: the server is still receiving
             if i == 200:
-                spooled = sum(p.stat().st_size for p in spool.iterdir() if p.name.startswith("fragviz-upload-"))
+                spooled = sum(p.stat().st_size for p in spool.rglob("fragviz-upload-*"))  # in the server's spool
             conn.send(chunk)
         resp = conn.getresponse()
         status, body = resp.status, resp.read()
@@ -222,7 +243,7 @@ def test_a_300_mib_upload_is_streamed_to_a_temporary_file_in_constant_memory(tmp
         assert growth_mib < 100, f"the server grew by {growth_mib:.0f} MiB while receiving the upload"
         assert spooled > 150 * MiB, "the upload was not being written to a temporary file as it arrived"
         assert status == 422 and "big.pickle" in one_line_error(body)  # not a snapshot: a bad file, said in a line
-        assert not [p.name for p in spool.iterdir() if p.name.startswith("fragviz-upload-")]  # temp file removed
+        assert not [p.name for p in spool.rglob("fragviz-upload-*")]  # temp file removed
     finally:
         srv.stop()
 
@@ -278,29 +299,25 @@ def test_more_concurrent_uploads_than_slots_get_503_and_retry_after_at_once(smal
     wait_for(lambda: small.upload(b"not a snapshot")[0] == 422, "the slots to be free again")
 
 
-def test_stalled_clients_are_dropped_after_the_read_timeout_and_the_server_keeps_answering(tmp_path):
-    srv = Served(str(tmp_path), {"FRAGVIZ_READ_TIMEOUT": "2s"})
+def test_stalled_clients_are_dropped_after_the_read_timeout_and_the_server_keeps_answering(brisk):
+    known = brisk.snapshots()
+    threads = brisk.proc_status("Threads")
+    stalled = [stalled_upload(brisk.port) for _ in range(20)]  # 2 hold slots; the other 18 are refused
+    for i in range(20):
+        s = socket.create_connection(("127.0.0.1", brisk.port), timeout=120)
+        if i % 2:
+            s.sendall(b"GET /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers that never end
+        stalled.append(s)
     try:
-        srv.snapshots()
-        threads = srv.proc_status("Threads")
-        stalled = [stalled_upload(srv.port) for _ in range(20)]  # 4 hold slots; the other 16 are refused
-        for i in range(20):
-            s = socket.create_connection(("127.0.0.1", srv.port), timeout=120)
-            if i % 2:
-                s.sendall(b"GET /api/snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers that never end
-            stalled.append(s)
-        try:
-            for _ in range(5):
-                assert srv.snapshots() == []  # answered while 40 connections stall
-            wait_for(lambda: all(closed_by_server(s) for s in stalled), "the server to drop the 40 stalled clients")
-            wait_for(lambda: srv.proc_status("Threads") <= threads + 2, "the server's threads to be freed")
-            assert srv.snapshots() == []
-            assert srv.upload(b"not a snapshot")[0] == 422  # every upload slot is free again
-        finally:
-            for s in stalled:
-                s.close()
+        for _ in range(5):
+            assert brisk.snapshots() == known  # answered while 40 connections stall
+        wait_for(lambda: all(closed_by_server(s) for s in stalled), "the server to drop the 40 stalled clients")
+        wait_for(lambda: brisk.proc_status("Threads") <= threads + 2, "the server's threads to be freed")
+        assert brisk.snapshots() == known
+        assert brisk.upload(b"not a snapshot")[0] == 422  # every upload slot is free again
     finally:
-        srv.stop()
+        for s in stalled:
+            s.close()
 
 
 def test_a_busy_store_is_503_try_again_and_the_same_upload_succeeds_after(small, tmp_path):
@@ -424,9 +441,10 @@ def test_a_token_in_the_url_becomes_a_derived_cookie_and_a_clean_url(tokened):
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
     pair = cookie.split(";")[0]
     assert len(pair.split("=", 1)[1]) == 64  # HMAC-SHA256, hex
+    assert pair.split("=", 1)[0] == f"fragviz_session_{tokened.port}"  # this server's own (cookies ignore ports)
     assert tokened.request("GET", "/", headers={"Cookie": pair})[0] == 200
     assert tokened.request("GET", "/api/snapshots", headers={"Cookie": pair})[0] == 200
-    assert tokened.request("GET", "/", headers={"Cookie": f"fragviz_session={TOKEN}"})[0] == 401
+    assert tokened.request("GET", "/", headers={"Cookie": f"fragviz_session_{tokened.port}={TOKEN}"})[0] == 401
     assert tokened.request("GET", f"/?token={TOKEN}x")[0] == 401
     assert tokened.request("GET", "/")[0] == 401
 
@@ -456,3 +474,265 @@ def test_an_upload_that_would_make_the_unpickler_allocate_gigabytes_leaves_the_s
     answer = small.upload(b"\x80\x02]r" + (150_000_000).to_bytes(4, "little") + b".", "memo.pickle")
     assert answer[0] in (201, 200, 422), answer
     assert small.proc_status("VmHWM") - before < 100 * 1024  # KiB: the server never held the file's cost
+
+
+# -- upload names ------------------------------------------------------------------------------------------
+
+def test_upload_names_that_look_like_options_are_stored_as_they_are(small, tmp_path):
+    for i, name in enumerate(["-x", "--help", "-", "--name=evil"]):
+        status, _, body = small.upload(tiny_snapshot(str(tmp_path), 21 + i), name)  # contents of their own
+        assert status == 201, (name, body)
+        sid = json.loads(body)["id"]
+        assert next(r["name"] for r in small.snapshots() if r["id"] == sid) == name
+
+
+# -- trickling clients -------------------------------------------------------------------------------------
+
+class Trickler:
+    """An upload that declares 64 KiB and sends one more byte each time it is nudged; keeps what it is told."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = stalled_upload(port, 64 * 1024, sent=1)
+        self.answer, self.closed = b"", False
+
+    def nudge(self) -> bool:
+        """Read what came, send a byte; whether the server has closed the connection."""
+        try:
+            while not self.closed and select.select([self.sock], [], [], 0)[0]:
+                data = self.sock.recv(65536)
+                self.answer += data
+                self.closed = not data
+            if not self.closed:
+                self.sock.sendall(b"\0")
+        except OSError:
+            self.closed = True
+        return self.closed
+
+
+def oversized(srv: Served) -> int:
+    """The status of an upload past max_upload_size: 503 while every slot is held, else 413 at once."""
+    return srv.request("POST", "/api/snapshots", headers={"Content-Type": "application/octet-stream",
+                                                          "Content-Length": str(8 * 2**30)})[0]
+
+
+def test_trickling_uploads_are_dropped_below_the_minimum_rate_and_free_their_slots(brisk):
+    tricklers: list[Trickler] = []  # a byte every 0.1 s or so each: well under the 2 s read timeout
+    try:
+        def slots_held() -> bool:
+            for t in [t for t in tricklers if t.nudge()]:  # refused while an earlier one held a slot: another
+                tricklers.remove(t)
+                t.sock.close()
+            while len(tricklers) < 2:
+                tricklers.append(Trickler(brisk.port))
+            return oversized(brisk) == 503
+
+        wait_for(slots_held, "two trickling uploads to hold both upload slots")
+        wait_for(lambda: all([t.nudge() for t in tricklers]), "the server to drop the trickling uploads")
+        for t in tricklers:
+            head, _, body = t.answer.partition(b"\r\n\r\n")
+            assert head.split(b"\r\n")[0].split()[1] == b"408", t.answer[:300]
+            assert "upload_min_rate" in one_line_error(body)
+        assert oversized(brisk) == 413  # the slots are free again
+    finally:
+        for t in tricklers:
+            t.sock.close()
+
+
+# -- ingest children end with their upload ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def steps() -> bytes:
+    """A synthetic training run whose ingest takes a moment (60,000 events), to be caught in the middle."""
+    return pickle.dumps(synthetic_snapshot(60_000, seed=7), protocol=4)
+
+
+def proc_state(pid: int) -> str | None:
+    """A process's state letter (R, S, T stopped, Z ended but not reaped), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def running(pid: int) -> bool:
+    return proc_state(pid) not in (None, "Z", "X")
+
+
+def ingest_child_of(pid: int) -> int | None:
+    """The `fragviz.ui.ingest_child` process whose parent is `pid`, if there is one."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                if int(fh.read().rsplit(")", 1)[1].split()[1]) != pid:
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if b"fragviz.ui.ingest_child" in fh.read():
+                    return int(entry)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def told_to_end(pid: int) -> bool:
+    """Whether a SIGTERM waits for the (stopped) process."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            masks = [int(line.split()[1], 16) for line in fh if line.startswith(("SigPnd:", "ShdPnd:"))]
+    except OSError:
+        return True  # gone already
+    return any(mask & (1 << (signal.SIGTERM - 1)) for mask in masks)
+
+
+def ingest_paused(srv: Served, data: bytes, headers: dict[str, str] | None = None) -> tuple[socket.socket, int]:
+    """Upload `data` over a raw socket (its answer left unread), and stop its ingest child (SIGSTOP) once the
+    progress shows it past reading the file: (the client's socket, the child's pid)."""
+    upload_id = uuid.uuid4().hex
+    head = {"Host": srv.host_header, "Content-Type": "application/octet-stream", "Content-Length": str(len(data)),
+            "X-Filename": "steps.pickle", "X-Upload-Id": upload_id, **(headers or {})}
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=120)
+    sock.sendall(("POST /api/snapshots HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items())
+                  + "\r\n").encode() + data)
+
+    def in_the_middle() -> int | None:
+        status, _, body = srv.request("GET", f"/api/uploads/{upload_id}", headers=headers)
+        phase = json.loads(body)["phase"] if status == 200 else None
+        return ingest_child_of(srv.proc.pid) if phase in ("decode", "parse", "replay") else None
+
+    child = wait_for(in_the_middle, "the ingest to get going")
+    os.kill(child, signal.SIGSTOP)
+    wait_for(lambda: proc_state(child) in ("T", "t"), "the ingest child to stop")
+    return sock, child
+
+
+def let_go_once_told_to_end(child: int) -> None:
+    wait_for(lambda: told_to_end(child), "the ingest child to be told to end")
+    os.kill(child, signal.SIGCONT)
+    wait_for(lambda: not running(child), "the ingest child to end")
+
+
+def files_under(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if p.is_file())
+
+
+def stored_names(db: str) -> list[str]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return [r[0] for r in conn.execute("SELECT name FROM snapshots")]
+
+
+def test_a_client_gone_mid_ingest_ends_its_ingest_and_leaves_no_file(brisk, steps):
+    before = brisk.snapshots()
+    sock, child = ingest_paused(brisk, steps)
+    assert files_under(brisk.spool)  # the upload and its progress, in the server's spool
+    sock.close()  # the client goes away while its file is ingested
+    let_go_once_told_to_end(child)
+    wait_for(lambda: not files_under(brisk.spool), "the upload's temporary files to be removed")
+    assert brisk.snapshots() == before  # nothing stored for a client that left
+    assert oversized(brisk) == 413  # its slot is free
+
+
+def test_a_server_stopped_mid_ingest_ends_its_ingest_and_removes_its_spool(tmp_path, steps):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    srv = Served(str(tmp_path), {"TMPDIR": str(spool)})
+    try:
+        sock, child = ingest_paused(srv, steps)
+        srv.proc.send_signal(signal.SIGTERM)
+        let_go_once_told_to_end(child)
+        assert srv.proc.wait(60) == 0
+        assert list(spool.iterdir()) == []  # the spool folder and everything in it
+        assert stored_names(srv.db) == []
+        sock.close()
+    finally:
+        srv.stop()
+
+
+def test_a_server_killed_mid_ingest_ends_its_ingest_and_the_next_start_sweeps_its_spool(tmp_path, steps):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    srv = Served(str(tmp_path), {"TMPDIR": str(spool)})
+    arriving = stalled_upload(srv.port)  # an upload still arriving when the server dies: no child to clean up
+    try:
+        wait_for(lambda: files_under(spool), "the arriving upload's temporary file")
+        sock, child = ingest_paused(srv, steps)
+        [folder] = spool.iterdir()
+        assert len(files_under(folder)) == 3
+        srv.proc.kill()
+        srv.proc.wait(60)
+        let_go_once_told_to_end(child)  # the kernel told it (PR_SET_PDEATHSIG)
+        assert [n.startswith("fragviz-upload-") for n in files_under(folder)] == [True]  # the child's are gone
+        assert stored_names(srv.db) == []
+        again = Served(str(tmp_path), {"TMPDIR": str(spool)})
+        try:
+            assert not folder.exists()  # swept as the next server started: its own server is gone
+            assert again.snapshots() == []
+        finally:
+            again.stop()
+        sock.close()
+    finally:
+        arriving.close()
+        srv.stop()
+
+
+# -- the session cookie, framing, deep JSON, huge ids ----------------------------------------------------------
+
+def log_in(srv: Served) -> str:
+    """`?token=` traded for the session cookie: its `name=value`."""
+    status, headers, _ = srv.request("GET", f"/?token={TOKEN}")
+    assert status == 303
+    return headers["Set-Cookie"].split(";")[0]
+
+
+def test_a_session_cookie_is_taken_only_by_its_own_server_and_run(tokened, tmp_path):
+    ours = log_in(tokened)
+    value = ours.split("=", 1)[1]
+    assert ours.startswith(f"fragviz_session_{tokened.port}=")
+    other = Served(str(tmp_path), {"FRAGVIZ_TOKEN": TOKEN})  # the same token, another port
+    try:
+        for cookie in (ours, f"fragviz_session_{other.port}={value}"):
+            assert other.request("GET", "/api/snapshots", headers={"Cookie": cookie})[0] == 401, cookie
+        theirs = log_in(other)
+        assert other.request("GET", "/api/snapshots", headers={"Cookie": theirs})[0] == 200
+        assert tokened.request("GET", "/api/snapshots", headers={"Cookie": theirs})[0] == 401
+        other.stop()
+        again = Served(str(tmp_path), {"FRAGVIZ_TOKEN": TOKEN}, port=other.port)  # the same server, started again
+        try:
+            status, _, body = again.request("GET", "/api/snapshots", headers={"Cookie": theirs})
+            assert status == 401 and "?token=" in one_line_error(body)
+            assert again.request("GET", "/api/snapshots", headers={"Cookie": log_in(again)})[0] == 200
+        finally:
+            again.stop()
+    finally:
+        other.stop()
+    assert tokened.request("GET", "/api/snapshots", headers={"Cookie": ours})[0] == 200
+
+
+@pytest.mark.parametrize("method, path, expected", [
+    ("GET", "/", 200), ("GET", "/api/snapshots", 200), ("GET", "/_dash-layout", 200),
+    ("GET", "/api/uploads/no-such-upload", 404), ("POST", "/api/snapshots", 400)])
+def test_no_answer_may_be_framed(small, tokened, method, path, expected):
+    body = b"x" if method == "POST" else None
+    answers = [small.request(method, path, body), tokened.request(method, path, body),  # refused: 401
+               small.request(method, path, body, {"Host": "evil.example"})]  # refused: 421
+    assert [a[0] for a in answers] == [expected, 401, 421]
+    for _, headers, _ in answers:
+        assert headers["X-Frame-Options"] == "DENY"
+        assert "frame-ancestors 'none'" in headers["Content-Security-Policy"]
+
+
+def test_a_dash_callback_nested_too_deep_is_400_in_one_line(small):
+    for body in (b"[" * 5000 + b"]" * 5000, b'{"inputs": ' + b'{"a": ' * 5000 + b"1" + b"}" * 5001):
+        status, _, answer = small.request("POST", "/_dash-update-component", body,
+                                          {"Content-Type": "application/json"})
+        assert status == 400, answer[:300]
+        assert "nested too deeply" in one_line_error(answer)
+    assert isinstance(small.snapshots(), list)  # the server answers on
+
+
+@pytest.mark.parametrize("path", ["/api/snapshots/{id}/report", "/api/snapshots/{id}/state",
+                                  "/api/snapshots/{id}/export"])
+def test_an_id_past_64_bits_is_no_such_snapshot(small, path):
+    for big in (2**63, 2**64 + 5, 10**30):
+        status, _, body = small.request("GET", path.format(id=big))
+        assert status == 404, body[:300]
+        assert "no snapshot" in one_line_error(body)
