@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import socket
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Iterator
 
 PACE_KEY = "fragviz.pace"  # the WSGI environ key under which the server hands a request its connection's Pace
@@ -60,8 +60,7 @@ class Pace:
         now = time.monotonic()
         while now >= self._end:
             if self._got < self._need:
-                self.failed = True
-                raise TooSlow(f"the upload brought {self._got} bytes in {self._window:g} s")
+                raise self._too_slow()
             self._got, self._end = 0, self._end + self._window
         left = self._end - now if self._got < self._need else self._end + self._window - now
         self._settimeout(min(left, self.read_timeout or left))
@@ -69,14 +68,19 @@ class Pace:
     def after_timeout(self) -> None:
         """A read timed out: TooSlow where that was the rate's deadline, not a silence of read_timeout."""
         if self._need and self._got < self._need and time.monotonic() >= self._end:
-            self.failed = True
-            raise TooSlow(f"the upload brought {self._got} bytes in {self._window:g} s")
+            raise self._too_slow()
 
     def count(self, n: int) -> None:
         self._got += n
 
+    def _too_slow(self) -> TooSlow:
+        self.failed = True
+        rate = self._need / self._window
+        return TooSlow(f"{self._got} bytes in {self._window:g} s, under {rate:,.0f} bytes a second")
+
     def _settimeout(self, seconds: float | None) -> None:
-        self.sock.settimeout(None if seconds is None else max(seconds, 0.001))
+        with suppress(OSError):  # a socket closed under us: the read that follows says so
+            self.sock.settimeout(None if seconds is None else max(seconds, 0.001))
 
 
 class PacedReader(io.RawIOBase):

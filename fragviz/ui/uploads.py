@@ -199,8 +199,8 @@ def _read(stream: BinaryIO, size: int) -> bytes:
     try:
         return stream.read(size)
     except TooSlow as exc:
-        raise UploadRefused(408, f"the upload came too slowly ({exc}; upload_min_rate asks more a second: "
-                                 "FRAGVIZ_UPLOAD_MIN_RATE)") from None
+        raise UploadRefused(408, f"the upload came too slowly ({exc}: upload_min_rate, FRAGVIZ_UPLOAD_MIN_RATE)"
+                            ) from None
     except TimeoutError:
         raise UploadRefused(408, "the upload stalled: nothing arrived within read_timeout "
                                  "(FRAGVIZ_READ_TIMEOUT)") from None

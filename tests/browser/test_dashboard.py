@@ -167,6 +167,7 @@ def test_an_access_token_protects_pages_and_api(page, tmp_path):
         assert page.evaluate("document.cookie") == ""  # HttpOnly: no script on the page can read it
         (cookie,) = page.context.cookies()
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and "s3cret" not in cookie["value"]
+        assert cookie["name"] == f"fragviz_session_{srv.port}"  # this server's own: browsers ignore ports
         upload(page, srv, os.path.join(ROOT, "sample_snapshots", "gpt_train.pickle.gz"))  # a write from the page
         assert page.locator("#upload-results .fv-upload-row.fv-ok").count() == 1
         assert [r["name"] for r in srv.get_json("/api/snapshots", {"Authorization": "Bearer s3cret"})] == [
