@@ -11,6 +11,8 @@ import tracemalloc
 import pytest
 
 import fragviz.snapshot.loader as loader
+import fragviz.snapshot.memory as memory
+import fragviz.snapshot.unpickle as unpickle
 from fragviz.errors import SnapshotFormatError
 from fragviz.limits import Limits
 from helpers import REAL
@@ -60,7 +62,7 @@ def test_the_digest_is_read_in_chunks_and_is_the_file_s_sha256(tmp_path, monkeyp
 def test_the_memory_estimate_is_near_what_decoding_takes(monkeypatch):
     path = os.path.join(REAL, "hanmin_train_19k.pickle")
     data = open(path, "rb").read()
-    monkeypatch.setattr(loader, "SAMPLE_SIZE", len(data) // 4)
+    monkeypatch.setattr(unpickle, "SAMPLE_SIZE", len(data) // 4)
     estimate, sampled = loader.estimated_memory(io.BytesIO(data), len(data))
     assert sampled == len(data) // 4
     tracemalloc.start()
@@ -75,8 +77,8 @@ def test_a_file_too_large_for_the_memory_available_is_refused_before_decoding(tm
     path = tmp_path / "big.pickle"
     path.write_bytes(pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": i, "size": 512,
                                                                         "stream": 0} for i in range(50000)]]}))
-    monkeypatch.setattr(loader, "memory_available", lambda: 4 << 20)
-    monkeypatch.setattr(loader, "SAMPLE_SIZE", 1 << 18)
+    monkeypatch.setattr(memory, "memory_available", lambda: 4 << 20)
+    monkeypatch.setattr(unpickle, "SAMPLE_SIZE", 1 << 18)
     with pytest.raises(SnapshotFormatError) as info:
         loader.decode_file(str(path), "big.pickle", "d", Limits.current())
     message = str(info.value)
