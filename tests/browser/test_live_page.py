@@ -79,8 +79,9 @@ def test_the_chart_grows_while_the_job_runs_and_the_oom_arrives_with_a_verdict(p
         first = points(page)
         # appended by the page's one-second refresh, never redrawn: the count only grows
         page.wait_for_function(f"document.querySelector(`{CHART}`).data[2].x.length >= {first + 3}", timeout=60000)
-        reserved = page.evaluate(f"document.querySelector(`{CHART}`).data[2].y.filter(v => v !== null)")
-        assert reserved and reserved[-1] > 0  # the first polls may come before the model exists
+        # the first polls may come before the model exists (a loaded machine starts the job slowly): wait for it
+        page.wait_for_function(f"(document.querySelector(`{CHART}`).data[2].y.filter(v => v !== null)"
+                               ".slice(-1)[0] || 0) > 0", timeout=60000)
         assert "reserved" in page.locator("[id*='live-now']").inner_text()
         page.wait_for_selector("[id*='live-segment-map'] .bars path", timeout=60000)
 
