@@ -22,7 +22,7 @@ from fragviz.library import Library
 from fragviz.store.engine import Store
 from fragviz.ui.export_api import add_export_routes
 from fragviz.ui.guard import ON_STOP
-from fragviz.ui.ingest_child import Abandoned, ChildIngest, run_child
+from fragviz.ui.ingest_child import Abandoned, ChildIngest, Stopping, run_child
 from fragviz.ui.uploads import RETRY_AFTER, UploadRefused, Uploads, client_gone
 
 MAX_REQUEST_BODY = 16 * 1024**2  # any other request's body (Dash's callbacks send a few KiB)
@@ -59,6 +59,9 @@ def ingest_in_child(db: str, job: ChildIngest, abandoned: Callable[[], bool] = l
         status, out, err = run_child(job, {**os.environ, "FRAGVIZ_DB": db}, abandoned)
     except Abandoned:
         raise UploadRefused(400, "the client went away while its upload was ingested: it was not stored") from None
+    except Stopping:
+        raise UploadRefused(503, "the server is stopping: the upload was not stored; send it again once the "
+                                 "server is back", RETRY_AFTER) from None
     try:
         row = json.loads(out)[0]
     except (ValueError, IndexError, KeyError):

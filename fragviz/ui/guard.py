@@ -290,8 +290,8 @@ class _Stopping(Exception):
 
 def serve(server: Flask, host: str, port: int, read_timeout: float, ready: Callable[[int], None]) -> None:
     """Serve `server` on host:port, one thread per connection, each dropped after `read_timeout` seconds of
-    silence; `ready(port)` is called once it listens (port 0: the port it got). On SIGTERM it returns, on
-    SIGINT it raises KeyboardInterrupt, both after running `server.extensions[ON_STOP]`."""
+    silence; `ready(port)` is called once it listens (port 0: the port it got). On SIGTERM or SIGINT (which
+    werkzeug's serve_forever takes as its end) it returns, after running `server.extensions[ON_STOP]`."""
     httpd = make_server(bind_address(host), port, server, threaded=True, request_handler=request_handler(read_timeout))
     ready(int(httpd.server_address[1]))
     try:

@@ -58,19 +58,26 @@ class Abandoned(Exception):
     """The upload's client went away while its file was ingested: the child was stopped."""
 
 
+class Stopping(Exception):
+    """The server is stopping: the child was stopped before it gave a result."""
+
+
 _running: set[subprocess.Popen] = set()
 _running_lock = threading.Lock()
+_stopping = threading.Event()
 
 
 def run_child(job: ChildIngest, env: dict[str, str], abandoned: Callable[[], bool]) -> tuple[int, str, str]:
     """Run the child to its end: (exit status, stdout, stderr); Abandoned (the child stopped) as soon as
-    `abandoned()` says the client is gone."""
+    `abandoned()` says the client is gone, Stopping where the server stopped it."""
     proc = subprocess.Popen(job.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     with _tracked(proc):
         while True:
             try:
                 out, err = proc.communicate(timeout=POLL)
+                if _stopping.is_set() and not out.strip():
+                    raise Stopping()
                 return proc.returncode, out, err
             except subprocess.TimeoutExpired:
                 if abandoned():
@@ -107,6 +114,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 def stop_all() -> None:
     """End every child this process runs (the server is stopping)."""
+    _stopping.set()
     with _running_lock:
         procs = list(_running)
     for proc in procs:
