@@ -729,10 +729,12 @@ def test_a_dash_callback_nested_too_deep_is_400_in_one_line(small):
     assert isinstance(small.snapshots(), list)  # the server answers on
 
 
-@pytest.mark.parametrize("path", ["/api/snapshots/{id}/report", "/api/snapshots/{id}/state",
-                                  "/api/snapshots/{id}/export"])
-def test_an_id_past_64_bits_is_no_such_snapshot(small, path):
+@pytest.mark.parametrize("path, words", [("/api/snapshots/{id}/report", "no snapshot"),
+                                         ("/api/snapshots/{id}/state", "no snapshot"),
+                                         ("/api/snapshots/{id}/export", "no snapshot"),
+                                         ("/api/jobs/{id}/ranks.csv", "no job"), ("/api/jobs/{id}/export", "no job")])
+def test_an_id_past_64_bits_is_no_such_snapshot(small, path, words):
     for big in (2**63, 2**64 + 5, 10**30):
         status, _, body = small.request("GET", path.format(id=big))
         assert status == 404, body[:300]
-        assert "no snapshot" in one_line_error(body)
+        assert words in one_line_error(body)
