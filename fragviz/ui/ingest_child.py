@@ -24,6 +24,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator
 
+from fragviz.errors import FragvizError
+
 POLL = 0.2  # seconds between looks at the client while the child works
 KILL_AFTER = 5.0  # seconds a child is given to end on SIGTERM before SIGKILL
 _PR_SET_PDEATHSIG = 1
@@ -54,11 +56,11 @@ class ChildIngest:
 
 # -- the server's end -------------------------------------------------------------------------------------
 
-class Abandoned(Exception):
+class Abandoned(FragvizError):
     """The upload's client went away while its file was ingested: the child was stopped."""
 
 
-class Stopping(Exception):
+class Stopping(FragvizError):
     """The server is stopping: the child was stopped before it gave a result."""
 
 
