@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The long fuzz run: the hostile and gzip corpora once, then generated inputs until time is up.
+"""The long fuzz run: the hostile, gzip and JSON corpora once, then generated inputs until time is up.
 
     python scripts/fuzz.py --minutes 10 --seed 1 --out fuzz-findings
     python scripts/fuzz.py --minutes 10 --seed 1 --out fuzz-findings --atheris   # coverage-guided (atheris)
@@ -34,7 +34,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--deadline", type=float, default=20.0, help="seconds an input may take (default 20)")
     ap.add_argument("--memory-gb", type=float, default=3.0, help="address space of a worker (default 3)")
     ap.add_argument("--batch", type=int, default=400, help="generated inputs per batch (default 400)")
-    ap.add_argument("--no-corpus", action="store_true", help="skip the hostile and gzip corpora")
+    ap.add_argument("--no-corpus", action="store_true", help="skip the hostile, gzip and JSON corpora")
     ap.add_argument("--real", default=REAL, help="the real snapshots (default ../shared/real_snapshots)")
     ap.add_argument("--atheris", action="store_true", help="coverage-guided with atheris (pip install atheris)")
     ap.add_argument("--atheris-child", action="store_true", help=argparse.SUPPRESS)
@@ -70,10 +70,11 @@ def run_hypothesis(args: argparse.Namespace) -> int:
 
     try:
         if not args.no_corpus:
-            from fuzz import gzip_cases, hostile, strategies
+            from fuzz import gzip_cases, hostile, json_cases, strategies
 
-            corpus = hostile.all_cases(args.real) + gzip_cases.cases() + strategies.seed_cases(args.real)
-            print(f"corpus: {len(corpus)} hostile, gzip and seed inputs", flush=True)
+            corpus = (hostile.all_cases(args.real) + gzip_cases.cases() + json_cases.cases()
+                      + strategies.seed_cases(args.real))
+            print(f"corpus: {len(corpus)} hostile, gzip, JSON and seed inputs", flush=True)
             pool.run(corpus, progress)
             print(status_line(outcomes, started), flush=True)
         deadline = started + args.minutes * 60

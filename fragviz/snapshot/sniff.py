@@ -5,6 +5,7 @@ from fragviz.errors import SnapshotFormatError
 from fragviz.units import bytes_text
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"  # JSON written by some Windows tools starts with it; Python's parser skips it
 # Opcodes a protocol 0 or 1 pickle of a dict or list (or a hostile one) can start with.
 OLD_PROTOCOL_STARTS = (b"(", b"]", b"}", b"c", b"i", b"R")
 
@@ -19,7 +20,7 @@ def payload_kind(head: bytes) -> str | None:
     """"pickle" or "json" for the first bytes of a payload (after any gzip), None for anything else."""
     if head[:1] == b"\x80" or head[:1] in OLD_PROTOCOL_STARTS:  # protocols 0 and 1 have no PROTO opcode
         return "pickle"
-    if head.lstrip()[:1] in (b"{", b"["):
+    if head.removeprefix(UTF8_BOM).lstrip()[:1] in (b"{", b"["):
         return "json"
     return None
 

@@ -52,6 +52,21 @@ class _RestrictedPyUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
     dispatch[pickle.BYTEARRAY8[0]] = _load_bytearray8
 
 
+class _Clamped:
+    """A file whose reads ask for no more than what is left of it: a buffered file allocates the size asked
+    for before it reads, and Python's unpickler asks for the size a value declares."""
+
+    def __init__(self, fh: BinaryIO, size: int) -> None:
+        self.fh, self.size = fh, size
+
+    def read(self, n: int = -1) -> bytes:
+        left = max(0, self.size - self.fh.tell())
+        return self.fh.read(left if n is None or n < 0 else min(n, left))
+
+    def readline(self, limit: int = -1) -> bytes:
+        return self.fh.readline(limit)
+
+
 class _OutOfMemory:
     """What a decode that ran out of its allowance returns (the message is built once the cap is lifted)."""
 
@@ -77,7 +92,8 @@ def unpickle_file(fh: BinaryIO, size: int, source: str, room: Room, held: int = 
         value = _attempt(_RestrictedUnpickler, fh, source, "the pickle ends before its STOP opcode")
         if value is OUT_OF_MEMORY and size <= FALLBACK_MAX:
             fh.seek(0)
-            value = _attempt(_RestrictedPyUnpickler, fh, source, "a value is shorter than its declared size")
+            value = _attempt(_RestrictedPyUnpickler, _Clamped(fh, size), source,  # type: ignore[arg-type]
+                             "a value is shorter than its declared size")
     if value is OUT_OF_MEMORY:
         raise SnapshotFormatError(source, room.too_little(size))
     return value

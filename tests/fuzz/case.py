@@ -9,7 +9,7 @@ from typing import Any
 class Case:
     name: str
     data: bytes
-    family: str  # hostile, gzip, structured, bytes, real
+    family: str  # hostile, gzip, json, structured, bytes, real
     recipe: Any = None  # a strategies.Recipe for structured inputs: the tree and its encoding
     note: str = ""
     extra: dict = field(default_factory=dict)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import random
 import struct
 import zlib
 
@@ -73,6 +74,33 @@ def bomb_member(size: int) -> bytes:
     return header + bytes(body) + struct.pack("<II", crc, (len(head) + size + 1) & 0xFFFFFFFF)
 
 
+def near_zero_member(size: int, gap: int = 700) -> bytes:
+    """A valid member holding a pickle of one `size`-byte bytes value of zeros with a random byte every `gap`:
+    it inflates ~190x, under max_inflate_ratio, so only the memory it would take can stop it. Each 1 MiB is
+    compressed after a full flush and repeated, so a gigabyte takes a second to build."""
+    rng = random.Random(size)
+    block = b"".join(bytes(gap) + bytes([rng.randrange(256)]) for _ in range((1 << 20) // (gap + 1)))
+    blocks, rest = divmod(size, len(block))
+    head = b"\x80\x04\x8e" + struct.pack("<Q", size)  # BINBYTES8
+    c = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = bytearray(c.compress(head) + c.flush(zlib.Z_FULL_FLUSH))
+    packed = c.compress(block) + c.flush(zlib.Z_FULL_FLUSH)
+    crc = zlib.crc32(head)
+    for _ in range(blocks):
+        body += packed
+        crc = zlib.crc32(block, crc)
+    tail = block[:rest] + b"."
+    body += c.compress(tail) + c.flush()
+    crc = zlib.crc32(tail, crc)
+    header = struct.pack("<BBBBIBB", 0x1F, 0x8B, 8, 0, 0, 2, 255)
+    return header + bytes(body) + struct.pack("<II", crc, (len(head) + size + 1) & 0xFFFFFFFF)
+
+
+def split_members(data: bytes, size: int) -> bytes:
+    """`data` as one gzip member every `size` bytes."""
+    return b"".join(gzip.compress(data[i:i + size], mtime=0) for i in range(0, len(data), size))
+
+
 def cases(big: bool = True) -> list[Case]:
     """Every gzip oddity; `big` adds the GB-scale bombs (seconds to build)."""
     snap = snapshot_template()
@@ -135,6 +163,12 @@ def cases(big: bool = True) -> list[Case]:
         "bomb-65KB-to-64MB": bomb_member(64 << 20),
         "bomb-65KB-to-64MB-then-trailing-byte": bomb_member(64 << 20) + b"\0",
         "bomb-nested-gzip-of-64MB": gzip.compress(bomb_member(64 << 20), 9),
+        "200k-empty-members": gzip.compress(b"", mtime=0) * 200_000,
+        "200k-empty-members-then-pickle": gzip.compress(b"", mtime=0) * 200_000 + good,
+        "pickle-in-1-byte-members": split_members(pick, 1),
+        "pickle-then-1MB-of-zero-padding": good + bytes(1 << 20),
+        "pickle-then-1MB-of-zero-padding-then-a-byte": good + bytes(1 << 20) + b"\x01",
+        "high-ratio-64MB": near_zero_member(64 << 20),
     }
     if big:
         one_gb = bomb_member(1 << 30)
@@ -142,4 +176,7 @@ def cases(big: bool = True) -> list[Case]:
         out["bomb-80-members-of-64MB-to-5GB"] = bomb_member(64 << 20) * 80
         out["bomb-nested-gzip-of-1GB"] = gzip.compress(one_gb, 9)
         out["bomb-valid-pickle-then-1GB-member"] = good + one_gb
+        out["high-ratio-under-the-limit-to-1GB"] = near_zero_member(1 << 30)
+        out["high-ratio-80-members-to-1GB"] = near_zero_member(12 << 20) * 80
+        out["1M-empty-members"] = gzip.compress(b"", mtime=0) * 1_000_000
     return [Case(f"gzip/{name}", data, "gzip") for name, data in out.items()]

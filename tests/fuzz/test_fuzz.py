@@ -1,4 +1,4 @@
-"""The fixed-seed fuzz run: every hostile pickle and gzip oddity, then a few thousand generated inputs.
+"""The fixed-seed fuzz run: every hostile pickle, gzip oddity and JSON bomb, then a few thousand generated inputs.
 
 Each test fails when fragviz breaks the promise for any input (code ran, a crash, a long or multi-line
 message, a hang, memory exhausted, a store changed by a failed ingest); the message lists each distinct
@@ -57,6 +57,12 @@ def test_gzip_oddities(pool, failures_dir):
     from .gzip_cases import cases
 
     _check(pool.run(cases()), os.path.join(failures_dir, "gzip"))
+
+
+def test_json_bombs(pool, failures_dir):
+    from .json_cases import cases
+
+    _check(pool.run(cases()), os.path.join(failures_dir, "json"))
 
 
 def test_structured_mutations(pool, real_dir, failures_dir):
