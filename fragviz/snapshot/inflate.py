@@ -50,8 +50,8 @@ class _Inflation:
 class _Input:
     """The file, read a piece at a time: `view[pos:]` is what is read and not yet consumed."""
 
-    def __init__(self, fh: BinaryIO) -> None:
-        self.fh, self.view, self.pos, self.before = fh, memoryview(b""), 0, 0
+    def __init__(self, fh: BinaryIO, source: str) -> None:
+        self.fh, self.source, self.view, self.pos, self.before = fh, source, memoryview(b""), 0, 0
 
     @property
     def consumed(self) -> int:
@@ -64,13 +64,19 @@ class _Input:
     def fill(self, need: int = 1) -> bool:
         """At least `need` unconsumed bytes at hand (False at the end of the file, with what there is)."""
         while self.left() < need:
-            more = self.fh.read(IN_STEP)
+            more = self._read()
             if not more:
                 return False
             rest = bytes(self.view[self.pos:])  # under `need` bytes: the one copy is of the new piece
             self.before += self.pos
             self.view, self.pos = memoryview(rest + more if rest else more), 0
         return True
+
+    def _read(self) -> bytes:
+        try:
+            return self.fh.read(IN_STEP)
+        except OSError as exc:
+            raise SnapshotFormatError(self.source, f"cannot be read ({exc.strerror or exc})") from None
 
     def take(self, window: int) -> memoryview:
         return self.view[self.pos:self.pos + window]
@@ -81,7 +87,7 @@ def inflate(fh: BinaryIO, size: int, source: str, limits: Limits, watch: Watch |
     `watch` sees the output (at its end) after every step and may refuse it (the memory it would take)."""
     budget = _Inflation(source, limits)
     out = io.BytesIO()
-    data = _Input(fh)
+    data = _Input(fh, source)
     while data.fill(2) or data.left():
         if bytes(data.take(2)) != GZIP_MAGIC:
             _check_padding(data, size, source)

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 from fragviz.errors import SnapshotFormatError
 from fragviz.limits import Limits
-from fragviz.snapshot.inflate import inflate, head_of
+from fragviz.snapshot.inflate import Watch, head_of, inflate
 from fragviz.snapshot.jsonparse import check_json_size, json_estimate, parse_json
 from fragviz.snapshot.memory import Room, address_space_cap, memory_available
 from fragviz.snapshot.sniff import GZIP_MAGIC, describe, payload_kind
@@ -93,6 +93,15 @@ def decode_bytes(data: bytes, source: str, digest: str | None = None, limits: Li
 
 
 def _decode(fh: BinaryIO, size: int, source: str, digest: str, limits: Limits) -> RawSnapshot:
+    """Decode a file; past the process's own memory (outside any cap: the inflate, a read), one line too."""
+    try:
+        return _decode_file(fh, size, source, digest, limits)
+    except MemoryError:
+        pass  # the message is built once the exception, and the frames that hold the memory, are gone
+    raise SnapshotFormatError(source, "is too large to decode in the memory available")
+
+
+def _decode_file(fh: BinaryIO, size: int, source: str, digest: str, limits: Limits) -> RawSnapshot:
     room = Room.now()
     head = _peek(fh, source)
     if not head:
@@ -141,7 +150,7 @@ def _read_json(fh: BinaryIO, size: int, source: str, room: Room, held: int) -> b
         raise SnapshotFormatError(source, f"cannot be read ({exc.strerror or exc})") from None
 
 
-def _watch(room: Room, source: str):
+def _watch(room: Room, source: str) -> Watch:
     """What checks a gzip payload as it inflates: the output plus what it will decode to must fit in the
     memory available (the decode's bytes per byte estimated from the output's first SAMPLE_SIZE)."""
     def watch(out: io.BytesIO) -> None:
