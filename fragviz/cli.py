@@ -450,12 +450,12 @@ def _cmd_capture(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from fragviz.live.runner import run_script
+    from fragviz.live.runner import run_command
     from fragviz.units import parse_size
 
     memory = parse_size(args.device_memory) if args.device_memory else None
     token = args.token or os.environ.get("FRAGVIZ_TOKEN") or None
-    return run_script(list(args.command), args.port, args.host, token, memory, args.alloc_conf,
+    return run_command(list(args.command), args.port, args.host, token, memory, args.alloc_conf,
                       True if args.simulate else None, args.max_entries, args.linger)
 
 

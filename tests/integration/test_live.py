@@ -338,7 +338,7 @@ def test_an_oom_that_kills_the_job_arrives_in_the_store(tmp_path):
         oom = wait_for(lambda: events(db, "oom"), "the OOM snapshot in the store", (attach,))
         # the agent lingered until the poller fetched the OOM snapshot, then the job died of its OOM
         assert job.wait() == 1
-        assert "failed: OutOfMemoryError" in job.stderr(), job.stderr()
+        assert "Traceback (most recent call last)" in job.stderr() and "OutOfMemoryError" in job.stderr(), job.stderr()
         assert "oom" in job.stdout().splitlines()
         wait_for(lambda: events(db, "disconnected"), "the poller to see the job gone", (attach,))
         assert attach.interrupt() == 0, attach.stderr()
