@@ -149,7 +149,8 @@ def _parser() -> argparse.ArgumentParser:
     att.add_argument("--token", help="the agents' token (default $FRAGVIZ_TOKEN)")
     att.add_argument("--db", help=db_help)
     att.add_argument("--interval", default="1s", help="time between polls (default 1s)")
-    att.add_argument("--snapshot-every", default="60s", help="time between full snapshots (default 60s)")
+    att.add_argument("--snapshot-every", default="5m", help="time between full snapshots with their trace (default "
+                     "5m; each costs the job the time to copy its allocator's state)")
     att.add_argument("--duration", help="stop after this long (default: until Ctrl-C)")
     att.set_defaults(run=_cmd_attach)
 

@@ -1,6 +1,7 @@
 """Moving allocator state in and out of the simulator: model segments in, PyTorch-format snapshots out."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fragviz.allocator.blocks import Block, BlockPool, ExpandableSegment
@@ -120,31 +121,49 @@ def allocator_segments(alloc: DeviceAllocator) -> list[dict[str, Any]]:
     return out
 
 
-def snapshot_dict(allocators: list[DeviceAllocator], frames: tuple[Frame, ...], stacks: tuple[tuple[int, ...], ...],
-                  provenance: dict[str, Any]) -> dict[str, Any]:
-    """A snapshot in PyTorch's own format of these allocators: segments, blocks and each device's trace."""
+@dataclass(frozen=True)
+class CopiedState:
+    """What a snapshot needs of live allocators, copied in O(segments + blocks) (the trace list is copied, not
+    its entries, which are never changed once recorded), so the lock that guards them is held that long only."""
+    segments: list[dict[str, Any]]
+    traces: list[tuple[int, list[dict[str, Any]]]]  # (device, entries); empty without the trace
+    settings: dict[str, Any]
+
+
+def copy_state(allocators: list[DeviceAllocator], trace: bool = True) -> CopiedState:
+    """The part of `snapshot_dict` to take under the allocators' lock."""
+    segments = [seg for alloc in allocators for seg in allocator_segments(alloc)]
+    traces = [(alloc.device, list(alloc.trace) if trace else []) for alloc in allocators]
+    return CopiedState(segments, traces, allocators[0].settings.as_dict() if allocators else {})
+
+
+def build_snapshot(state: CopiedState, frames: tuple[Frame, ...], stacks: tuple[tuple[int, ...], ...],
+                   provenance: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot in PyTorch's own format from a copied state (no lock needed: nothing here is shared)."""
     def frame_list(stack: int) -> list[dict[str, Any]]:
         if stack < 0 or stack >= len(stacks):
             return []
         return [{"filename": frames[i].filename, "line": frames[i].line, "name": frames[i].name} for i in stacks[stack]]
 
-    segments = []
-    for alloc in allocators:
-        for seg in allocator_segments(alloc):
-            for b in seg["blocks"]:
-                b["frames"] = frame_list(b.pop("stack"))
-            seg["frames"] = []
-            segments.append(seg)
+    for seg in state.segments:
+        for b in seg["blocks"]:
+            b["frames"] = frame_list(b.pop("stack"))
+        seg["frames"] = []
     traces: list[list[dict[str, Any]]] = []
-    for alloc in allocators:
-        while len(traces) <= alloc.device:
+    for device, entries in state.traces:
+        while len(traces) <= device:
             traces.append([])
-        for entry in alloc.trace:
+        for entry in entries:
             e = {k: v for k, v in entry.items() if k not in ("stack", "event")}
             fl = frame_list(entry["stack"])
             if fl:
                 e["frames"] = fl
-            traces[alloc.device].append(e)
-    settings = allocators[0].settings.as_dict() if allocators else {}
-    return {"segments": segments, "device_traces": traces, "allocator_settings": settings,
+            traces[device].append(e)
+    return {"segments": state.segments, "device_traces": traces, "allocator_settings": state.settings,
             PROVENANCE_KEY: provenance}
+
+
+def snapshot_dict(allocators: list[DeviceAllocator], frames: tuple[Frame, ...], stacks: tuple[tuple[int, ...], ...],
+                  provenance: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot in PyTorch's own format of these allocators: segments, blocks and each device's trace."""
+    return build_snapshot(copy_state(allocators), frames, stacks, provenance)

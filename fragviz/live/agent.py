@@ -45,6 +45,8 @@ class Agent:
         self.oom_fetched = 0  # how many OOM snapshots the source had taken when one was last served
         self._counter_lock = threading.Lock()
         self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
+        self.snapshot_slot = threading.Lock()  # one snapshot built at a time: a second is 503, never queued
+        self.snapshots = 0
         self._server = _server_for(host, port)
         self._server.agent = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
@@ -68,7 +70,9 @@ class Agent:
         devices = self.source.device_stats()
         with self._counter_lock:
             self.polls += 1
-            agent = {"polls": self.polls, "cpu_seconds": round(self.cpu_seconds, 6), "errors": self.errors}
+            agent = {"polls": self.polls, "cpu_seconds": round(self.cpu_seconds, 6), "errors": self.errors,
+                     "snapshots": self.snapshots,
+                     "snapshot_lock_seconds": round(getattr(self.source, "lock_seconds", 0.0), 6)}
         return {"time": time.time(), "pid": os.getpid(), "simulated": self.source.simulated, **self.ranks,
                 "devices": devices, "agent": agent}
 
@@ -160,8 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif url.path == protocol.PATH_METRICS:
             self._send(200, protocol.render_metrics(agent.stats()).encode(), protocol.PROMETHEUS_CONTENT_TYPE)
         elif url.path == protocol.PATH_SNAPSHOT:
-            trace = query.get("trace", ["1"])[-1] not in ("0", "false", "no")
-            self._send(200, agent.source.snapshot(trace), "application/octet-stream")
+            self._snapshot(agent, query.get("trace", ["1"])[-1] not in ("0", "false", "no"))
         elif url.path == protocol.PATH_OOM:
             count, blob = agent.source.oom_count, agent.source.oom_snapshot()
             if blob is None:
@@ -175,6 +178,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, {"error": f"no such endpoint: {url.path[:80]}",
                                   "endpoints": [protocol.PATH_STATS, protocol.PATH_SNAPSHOT, protocol.PATH_OOM,
                                                 protocol.PATH_STATE, protocol.PATH_METRICS]})
+
+    def _snapshot(self, agent: Agent, trace: bool) -> None:
+        """The snapshot now; one at a time (building one costs the job a little, queueing them would cost it
+        a lot): 503 with Retry-After while another is being built."""
+        if not agent.snapshot_slot.acquire(blocking=False):
+            self._send_json(503, {"error": "a snapshot is being taken: try again"}, {"Retry-After": "5"})
+            return
+        try:
+            blob = agent.source.snapshot(trace)
+            with agent._counter_lock:
+                agent.snapshots += 1
+        finally:
+            agent.snapshot_slot.release()
+        self._send(200, blob, "application/octet-stream")
 
     def _denied(self, agent: Agent) -> bool:
         if protocol.names_this_machine(agent.host) and not _loopback_host_header(self.headers.get("Host")):

@@ -28,8 +28,22 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+class _Parts:
+    """A pickle's output in parts: the C pickler hands over each 64 KiB frame through this Python `write`, and
+    the interpreter may switch threads there, so the job's thread runs while a large snapshot is pickled
+    (pickle.dumps would hold the GIL from its first byte to its last)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(bytes(data))
+
+
 def _dumps(data: Any) -> bytes:
-    return pickle.dumps(data, protocol=4)  # what PyTorch's own viewer and fragviz's loader read
+    out = _Parts()
+    pickle.Pickler(out, protocol=4).dump(data)  # protocol 4: what PyTorch's own viewer and fragviz's loader read
+    return b"".join(out.parts)
 
 
 def compact_segment(seg: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +138,11 @@ class SimulatedSource:
 
     def snapshot(self, trace: bool) -> bytes:
         return _dumps(self.device.snapshot(self._provenance(), close=False, trace=trace))
+
+    @property
+    def lock_seconds(self) -> float:
+        """How long the last snapshot held the lock the job's allocations wait on."""
+        return self.device.lock_seconds
 
     def oom_snapshot(self) -> bytes | None:
         return self._oom
