@@ -155,18 +155,19 @@ class SimulatedDevice:
                 "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
                 "avoid fragmentation. (simulated by fragviz on a CPU)")
 
-    def snapshot(self, provenance: dict[str, Any], close: bool = True, trace: bool = True) -> dict[str, Any]:
+    def snapshot(self, provenance: dict[str, Any], close: bool = True, trace: bool = True,
+                 pause: Callable[[], None] | None = None) -> dict[str, Any]:
         """The device as a PyTorch snapshot; `close` stops recording (the end of a capture). The lock that the
         job's allocations wait on is held only to copy the state (`copy_state`, O(segments + blocks); without
-        the trace, the trace is not touched); the snapshot is built from the copy outside it. `lock_seconds`
-        is how long the last one held it."""
+        the trace, the trace is not touched); the snapshot is built from the copy outside it, calling `pause`
+        now and then (`build_snapshot`). `lock_seconds` is how long the last one held it."""
         started = time.perf_counter()
         with self.lock:
             self.closed = self.closed or close
             state = copy_state([self.alloc], trace)
             frames, stacks = tuple(self.stacks.frames), tuple(self.stacks.stacks)
             self.lock_seconds = time.perf_counter() - started
-        return build_snapshot(state, frames, stacks, provenance)
+        return build_snapshot(state, frames, stacks, provenance, pause)
 
 
 def _oom_error(message: str) -> Exception:

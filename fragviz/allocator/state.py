@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from fragviz.allocator.blocks import Block, BlockPool, ExpandableSegment
 from fragviz.allocator.reservations import Reservation, ReservationPlan, page_size
@@ -10,6 +10,7 @@ from fragviz.allocator.sim import DeviceAllocator
 from fragviz.model import PROVENANCE_KEY, BlockState, Frame, Segment
 
 _STATE_NAMES = {True: "active_allocated", False: "inactive"}
+PAUSE_EVERY = 256
 
 
 def load_segments(alloc: DeviceAllocator, segments: list[Segment]) -> None:
@@ -138,12 +139,21 @@ def copy_state(allocators: list[DeviceAllocator], trace: bool = True) -> CopiedS
 
 
 def build_snapshot(state: CopiedState, frames: tuple[Frame, ...], stacks: tuple[tuple[int, ...], ...],
-                   provenance: dict[str, Any]) -> dict[str, Any]:
-    """A snapshot in PyTorch's own format from a copied state (no lock needed: nothing here is shared)."""
+                   provenance: dict[str, Any], pause: Callable[[], None] | None = None) -> dict[str, Any]:
+    """A snapshot in PyTorch's own format from a copied state (no lock needed: nothing here is shared). Each
+    stack's frame list is built once and shared by every block and entry with that stack (as PyTorch shares a
+    free's frames with its completion): the pickle holds it once, and a loader reads it once. `pause` is called
+    every PAUSE_EVERY trace entries (a live agent lets the job's thread run there)."""
+    built: dict[int, list[dict[str, Any]]] = {}
+
     def frame_list(stack: int) -> list[dict[str, Any]]:
         if stack < 0 or stack >= len(stacks):
             return []
-        return [{"filename": frames[i].filename, "line": frames[i].line, "name": frames[i].name} for i in stacks[stack]]
+        out = built.get(stack)
+        if out is None:
+            out = built[stack] = [{"filename": frames[i].filename, "line": frames[i].line, "name": frames[i].name}
+                                  for i in stacks[stack]]
+        return out
 
     for seg in state.segments:
         for b in seg["blocks"]:
@@ -153,7 +163,9 @@ def build_snapshot(state: CopiedState, frames: tuple[Frame, ...], stacks: tuple[
     for device, entries in state.traces:
         while len(traces) <= device:
             traces.append([])
-        for entry in entries:
+        for n, entry in enumerate(entries):
+            if pause is not None and n % PAUSE_EVERY == 0:
+                pause()
             e = {k: v for k, v in entry.items() if k not in ("stack", "event")}
             fl = frame_list(entry["stack"])
             if fl:
