@@ -166,8 +166,9 @@ def build_snapshot(state: CopiedState, frames: tuple[Frame, ...], stacks: tuple[
         for n, entry in enumerate(entries):
             if pause is not None and n % PAUSE_EVERY == 0:
                 pause()
-            e = {k: v for k, v in entry.items() if k not in ("stack", "event")}
-            fl = frame_list(entry["stack"])
+            e = entry.copy()  # a C-level copy, then two keys out: twice as fast as filtering the items
+            fl = frame_list(e.pop("stack"))
+            e.pop("event", None)
             if fl:
                 e["frames"] = fl
             traces[device].append(e)
