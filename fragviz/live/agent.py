@@ -13,6 +13,7 @@ library, fragviz.live.protocol, lazy torch and fragviz's core only (see sources.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import socket
@@ -24,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fragviz.errors import AgentError
 from fragviz.live import protocol
+from fragviz.live.door import CappedReader, Deadline, Door, HeadersTooLarge
 from fragviz.live.sources import CudaSource, SimulatedSource, Source, rank_env
 
 MAX_CONCURRENT = 8
@@ -102,6 +104,23 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 64
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.door = Door()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.door.admit(request):  # every open connection is being answered: this one waits for none
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.door.leave(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        self.agent.count(0.0, True)  # type: ignore[attr-defined]  (counted, never printed into the job's stderr)
+
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
@@ -122,6 +141,30 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the job's stderr is not ours)
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = CappedReader(self.rfile)  # type: ignore[assignment]
+        self._deadline = Deadline(self.connection)
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except HeadersTooLarge:  # in the request line (parse_request answers 431 for the headers itself)
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.send_error(431, "Request line too long")
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self._deadline.cancel()
+        self.rfile.lift()  # type: ignore[attr-defined]
+        self.server.door.read(self.connection)  # type: ignore[attr-defined]
+        return ok
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
 
     def _method_not_allowed(self) -> None:
         # Every endpoint reads: nothing here changes the job, so nothing but GET is taken.
