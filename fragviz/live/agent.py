@@ -74,7 +74,8 @@ class Agent:
             self.polls += 1
             agent = {"polls": self.polls, "cpu_seconds": round(self.cpu_seconds, 6), "errors": self.errors,
                      "snapshots": self.snapshots,
-                     "snapshot_lock_seconds": round(getattr(self.source, "lock_seconds", 0.0), 6)}
+                     "snapshot_lock_seconds": round(getattr(self.source, "lock_seconds", 0.0), 6),
+                     "state_walk_seconds": round(getattr(self.source, "walk_seconds", 0.0), 6)}
         return {"time": time.time(), "pid": os.getpid(), "simulated": self.source.simulated, **self.ranks,
                 "devices": devices, "agent": agent}
 

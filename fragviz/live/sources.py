@@ -101,6 +101,9 @@ def expandable_non_releasable(segments: list[dict[str, Any]]) -> int:
     return out
 
 
+WALK_EVERY = 5.0  # seconds between walks of a CUDA device's segments (the figures memory_stats() lacks)
+
+
 def ratios(non_releasable: int, reserved: int, free: int, largest: int) -> dict[str, float]:
     return {"fragmentation": fragmentation(non_releasable, reserved), "free_scatter": free_scatter(free, largest)}
 
@@ -198,6 +201,8 @@ class CudaSource:
         self.record_history = record_history
         self._oom: bytes | None = None
         self.oom_count = 0  # OOM snapshots taken so far
+        self._walk: tuple[float, dict[int, tuple[int, int, int]]] | None = None
+        self.walk_seconds = 0.0  # how long the last walk of the segments took
         if record_history:
             torch.cuda.memory._record_memory_history(max_entries=max_entries)
         torch._C._cuda_attach_out_of_memory_observer(self._on_oom)
@@ -217,17 +222,42 @@ class CudaSource:
                 if d == current or cuda.memory_stats(d).get("reserved_bytes.all.current", 0) > 0]
 
     def device_stats(self) -> list[dict[str, Any]]:
+        """Every poll reads memory_stats() (and NVML or mem_get_info()) only; the figures that need the segments
+        (the largest free block, the expandable segments' non-releasable pages) come from a walk of the state
+        without its traces, at most every WALK_EVERY seconds."""
         devices = self._devices()
         if not devices:
             return []
-        segments = self.torch.cuda.memory_snapshot()
-        return [self._stats(d, [s for s in segments if s.get("device") == d]) for d in devices]
+        walked = self._walked()
+        return [self._stats(d, walked.get(d, (0, 0, 0))) for d in devices]
 
-    def _stats(self, device: int, segments: list[dict[str, Any]]) -> dict[str, Any]:
+    def _walked(self) -> dict[int, tuple[int, int, int]]:
+        """Per device (cached free bytes, largest free block, expandable non-releasable bytes) of the last walk,
+        walked again when it is older than WALK_EVERY seconds; how long a walk took is `walk_seconds`."""
+        now = time.monotonic()
+        if self._walk is None or now - self._walk[0] >= WALK_EVERY:
+            segments = self.segments()
+            figures = {}
+            for d in {seg.get("device", 0) for seg in segments}:
+                mine = [seg for seg in segments if seg.get("device", 0) == d]
+                figures[d] = (*gap_figures(mine), expandable_non_releasable(mine))
+            self.walk_seconds = time.monotonic() - now
+            self._walk = (now, figures)
+        return self._walk[1]
+
+    def segments(self) -> list[dict[str, Any]]:
+        """The segments now, without the trace (torch 2.13's memory_snapshot() builds the whole trace otherwise:
+        up to 100,000 entries with their stacks, each time)."""
+        try:
+            return self.torch.cuda.memory_snapshot(include_traces=False)
+        except TypeError:  # a torch from before include_traces
+            return self.torch.cuda.memory_snapshot()
+
+    def _stats(self, device: int, walked: tuple[int, int, int]) -> dict[str, Any]:
         s = self.torch.cuda.memory_stats(device)
-        free, largest = gap_figures(segments)
+        free, largest, expandable_stuck = walked
         reserved = s.get("reserved_bytes.all.current", 0)
-        stuck = s.get("inactive_split_bytes.all.current", 0) + expandable_non_releasable(segments)
+        stuck = s.get("inactive_split_bytes.all.current", 0) + expandable_stuck
         nv = self.nvml.memory(device, self._uuid(device))
         total, dev_free = (nv["total"], nv["free"]) if nv else self.torch.cuda.mem_get_info(device)[::-1]
         return {"device": device, "allocated_bytes": s.get("allocated_bytes.all.current", 0),
@@ -256,7 +286,7 @@ class CudaSource:
     def state(self) -> list[dict[str, Any]]:
         if not self.torch.cuda.is_initialized():
             return []
-        return [compact_segment(s) for s in self.torch.cuda.memory_snapshot()]
+        return [compact_segment(s) for s in self.segments()]
 
     def close(self) -> None:
         if self.record_history:

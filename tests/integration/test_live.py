@@ -504,7 +504,8 @@ def check_stats_shape(stats: dict[str, Any], pid: int) -> dict[str, Any]:
     assert type(stats["pid"]) is int and stats["pid"] == pid
     assert stats["simulated"] is True
     assert stats["rank"] is None and stats["local_rank"] is None and stats["world_size"] is None
-    assert set(stats["agent"]) == {"polls", "cpu_seconds", "errors", "snapshots", "snapshot_lock_seconds"}
+    assert set(stats["agent"]) == {"polls", "cpu_seconds", "errors", "snapshots", "snapshot_lock_seconds",
+                                   "state_walk_seconds"}
     assert type(stats["agent"]["snapshots"]) is int and stats["agent"]["snapshot_lock_seconds"] >= 0
     assert type(stats["agent"]["polls"]) is int and stats["agent"]["polls"] >= 1
     assert type(stats["agent"]["cpu_seconds"]) is float and stats["agent"]["cpu_seconds"] >= 0
