@@ -159,7 +159,10 @@ class SimulatedSource:
                      "num_alloc_retries": a.num_alloc_retries,
                      "num_ooms": a.num_ooms, "device_total_bytes": a.capacity, "device_free_bytes": a.device_free(),
                      "nvml_used_bytes": None, "largest_free_block": largest,
-                     **ratios(stuck, a.reserved, free, largest), "processes": []}
+                     **ratios(stuck, a.reserved, free, largest), "processes": [],
+                     "peak_reserved_bytes": a.peaks.reserved, "peak_active_bytes": a.peaks.active,
+                     "peak_requested_bytes": a.peaks.requested, "num_device_alloc": a.num_device_alloc,
+                     "num_device_free": a.num_device_free, "gpu_uuid": None, "gpu_index": None}
         return [stats]
 
     def snapshot(self, trace: bool) -> bytes:
@@ -258,7 +261,8 @@ class CudaSource:
         free, largest, expandable_stuck = walked
         reserved = s.get("reserved_bytes.all.current", 0)
         stuck = s.get("inactive_split_bytes.all.current", 0) + expandable_stuck
-        nv = self.nvml.memory(device, self._uuid(device))
+        uuid = self._uuid(device)
+        nv = self.nvml.memory(device, uuid)
         total, dev_free = (nv["total"], nv["free"]) if nv else self.torch.cuda.mem_get_info(device)[::-1]
         return {"device": device, "allocated_bytes": s.get("allocated_bytes.all.current", 0),
                 "reserved_bytes": reserved,
@@ -268,7 +272,12 @@ class CudaSource:
                 "num_alloc_retries": s.get("num_alloc_retries", 0), "num_ooms": s.get("num_ooms", 0),
                 "device_total_bytes": int(total), "device_free_bytes": int(dev_free),
                 "nvml_used_bytes": nv["used"] if nv else None, "largest_free_block": largest,
-                **ratios(stuck, reserved, free, largest), "processes": nv["processes"] if nv else []}
+                **ratios(stuck, reserved, free, largest), "processes": nv["processes"] if nv else [],
+                "peak_reserved_bytes": s.get("reserved_bytes.all.peak", 0),
+                "peak_active_bytes": s.get("active_bytes.all.peak", 0),
+                "peak_requested_bytes": s.get("requested_bytes.all.peak", 0),
+                "num_device_alloc": s.get("num_device_alloc", 0), "num_device_free": s.get("num_device_free", 0),
+                "gpu_uuid": uuid, "gpu_index": nv["index"] if nv else None}
 
     def _uuid(self, device: int) -> str | None:
         uuid = getattr(self.torch.cuda.get_device_properties(device), "uuid", None)

@@ -22,7 +22,9 @@ def device(dev: int, **over) -> dict:
          "num_alloc_retries": 1, "num_ooms": 2,
          "device_total_bytes": 80 * 1024 * MiB, "device_free_bytes": 80 * 1024 * MiB - 8 * MiB,
          "nvml_used_bytes": None, "largest_free_block": 3 * MiB, "fragmentation": 0.25, "free_scatter": 0.25,
-         "processes": []}
+         "processes": [], "peak_reserved_bytes": 9 * MiB, "peak_active_bytes": 5 * MiB,
+         "peak_requested_bytes": 4 * MiB, "num_device_alloc": 3, "num_device_free": 1,
+         "gpu_uuid": "GPU-8f3c2a1e-0000-4000-8000-000000000001", "gpu_index": 5}
     d.update(over)
     assert set(d) == set(STATS_DEVICE_KEYS)
     return d
@@ -91,7 +93,8 @@ def test_counters_are_named_total_and_typed_counter():
     text = render_metrics(stats([device(0)]))
     counters = [name for _, name, kind, _ in DEVICE_METRICS + AGENT_METRICS if kind == "counter"]
     assert set(counters) == {"fragviz_alloc_retries_total", "fragviz_ooms_total", "fragviz_agent_polls_total",
-                             "fragviz_agent_cpu_seconds_total", "fragviz_agent_errors_total"}
+                             "fragviz_agent_cpu_seconds_total", "fragviz_agent_errors_total",
+                             "fragviz_device_allocs_total", "fragviz_device_frees_total"}
     for fam in text_string_to_metric_families(text):
         if fam.type == "counter":
             assert all(s.name == fam.name + "_total" for s in fam.samples), fam.name
@@ -100,6 +103,8 @@ def test_counters_are_named_total_and_typed_counter():
     values = sample_values(text)
     assert values[("fragviz_ooms_total", (("device", "0"), ("rank", "3")))] == 2
     assert values[("fragviz_alloc_retries_total", (("device", "0"), ("rank", "3")))] == 1
+    assert values[("fragviz_device_allocs_total", (("device", "0"), ("rank", "3")))] == 3
+    assert values[("fragviz_peak_reserved_bytes", (("device", "0"), ("rank", "3")))] == 9 * MiB
 
 
 def test_nvml_metric_only_for_the_devices_that_have_it():
