@@ -41,6 +41,7 @@ class Agent:
         self.token = token
         self.host = host
         self.ranks = rank_env()
+        self.process_start_time = process_start_time()
         self.polls = 0
         self.errors = 0
         self.cpu_seconds = 0.0
@@ -76,8 +77,8 @@ class Agent:
                      "snapshots": self.snapshots,
                      "snapshot_lock_seconds": round(getattr(self.source, "lock_seconds", 0.0), 6),
                      "state_walk_seconds": round(getattr(self.source, "walk_seconds", 0.0), 6)}
-        return {"time": time.time(), "pid": os.getpid(), "simulated": self.source.simulated, **self.ranks,
-                "devices": devices, "agent": agent}
+        return {"time": time.time(), "pid": os.getpid(), "process_start_time": self.process_start_time,
+                "simulated": self.source.simulated, **self.ranks, "devices": devices, "agent": agent}
 
     def count(self, cpu: float, failed: bool) -> None:
         with self._counter_lock:
@@ -98,6 +99,18 @@ class Agent:
         self._server.shutdown()
         self._server.server_close()
         self.source.close()
+
+
+def process_start_time() -> float:
+    """When this process started, in Unix time (Linux: /proc; elsewhere, when the agent started)."""
+    try:
+        with open("/proc/self/stat") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime: clock ticks after boot
+        with open("/proc/stat") as fh:
+            boot = int(next(line for line in fh if line.startswith("btime")).split()[1])
+        return round(boot + ticks / os.sysconf("SC_CLK_TCK"), 2)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return round(time.time(), 2)
 
 
 class _Server(ThreadingHTTPServer):

@@ -164,22 +164,47 @@ def _is_int(value: Any) -> bool:
 
 
 def render_metrics(stats: dict[str, Any]) -> str:
-    """The stats object as Prometheus text: HELP and TYPE lines, a sample per device labelled device and rank."""
-    rank = stats.get("rank")
-    rank_label = str(rank if rank is not None else 0)  # a job outside a distributed launch is rank 0
+    """The stats object as Prometheus text: HELP and TYPE lines, a sample per device. Every sample is labelled
+    with the job's `pid`, and `rank` where the job has one (a job outside a distributed launch has none); a
+    device's samples with `device` (CUDA's index in the job), and where known `gpu_uuid` and `gpu_index` (the
+    physical index), which join DCGM's series (`DCGM_FI_DEV_FB_USED{UUID=...}`)."""
+    job = _job_labels(stats)
     lines = ["# HELP fragviz_simulated 1 when the device is fragviz's simulation of a CUDA device (a CPU run)",
-             "# TYPE fragviz_simulated gauge",
-             f'fragviz_simulated{{rank="{rank_label}"}} {int(bool(stats.get("simulated")))}']
+             "# TYPE fragviz_simulated gauge", f"fragviz_simulated{{{job}}} {int(bool(stats.get('simulated')))}"]
+    if stats.get("process_start_time") is not None:
+        lines += ["# HELP fragviz_process_start_time_seconds When the job's process started (Unix time)",
+                  "# TYPE fragviz_process_start_time_seconds gauge",
+                  f"fragviz_process_start_time_seconds{{{job}}} {_number(stats['process_start_time'])}"]
     for key, name, kind, help_text in DEVICE_METRICS:
-        samples = [(d["device"], d.get(key)) for d in stats["devices"] if d.get(key) is not None]
+        samples = [(d, d.get(key)) for d in stats["devices"] if d.get(key) is not None]
         if not samples:
             continue
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        lines += [f'{name}{{device="{dev}",rank="{rank_label}"}} {_number(v)}' for dev, v in samples]
+        lines += [f"{name}{{{_device_labels(d)},{job}}} {_number(v)}" for d, v in samples]
+    processes = [(d, p) for d in stats["devices"] for p in d.get("processes") or () if p.get("used_bytes") is not None]
+    if processes:
+        lines += ["# HELP fragviz_nvml_process_used_bytes Device memory each process uses, as NVML sees it",
+                  "# TYPE fragviz_nvml_process_used_bytes gauge"]
+        lines += [f'fragviz_nvml_process_used_bytes{{{_device_labels(d)},{job},process_pid="{int(p["pid"])}"}} '
+                  f'{_number(p["used_bytes"])}' for d, p in processes]
     for key, name, kind, help_text in AGENT_METRICS:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
-                  f'{name}{{rank="{rank_label}"}} {_number(stats["agent"].get(key, 0))}']
+                  f"{name}{{{job}}} {_number(stats['agent'].get(key, 0))}"]
     return "\n".join(lines) + "\n"
+
+
+def _job_labels(stats: dict[str, Any]) -> str:
+    rank = stats.get("rank")
+    return f'pid="{int(stats["pid"])}"' + (f',rank="{int(rank)}"' if rank is not None else "")
+
+
+def _device_labels(dev: dict[str, Any]) -> str:
+    out = f'device="{int(dev["device"])}"'
+    if dev.get("gpu_uuid"):
+        out += f',gpu_uuid="{dev["gpu_uuid"]}"'  # checked against _UUID: no quote or backslash can be in it
+    if dev.get("gpu_index") is not None:
+        out += f',gpu_index="{int(dev["gpu_index"])}"'
+    return out
 
 
 def _number(value: Any) -> str:
