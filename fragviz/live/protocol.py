@@ -77,6 +77,8 @@ DEVICE_METRICS = (
      "Memory the allocator took from the driver (cudaMalloc, or an expandable segment's mapping)"),
     ("num_device_free", "fragviz_device_frees_total", "counter", "Memory the allocator gave back to the driver"),
 )
+# Rendered apart from the tables above (their labels differ): the job's own, and NVML's per process
+JOB_METRICS = ("fragviz_simulated", "fragviz_process_start_time_seconds", "fragviz_nvml_process_used_bytes")
 AGENT_METRICS = (
     ("polls", "fragviz_agent_polls_total", "counter", "Statistics collections served by the agent"),
     ("cpu_seconds", "fragviz_agent_cpu_seconds_total", "counter", "CPU time spent by the agent's threads"),
