@@ -93,7 +93,7 @@ def live_figure(samples: dict[str, list], oom_times: list[float], simulated: boo
                       yaxis=dict(title="MiB", rangemode="tozero"),
                       yaxis2=dict(title="fragmentation %", overlaying="y", side="right", range=[0, 100],
                                   tickvals=[0, 25, 50, 75, 100], showgrid=False),
-                      xaxis=dict(type="date"))
+                      xaxis=dict(type="date", tickformat="%H:%M:%S", hoverformat="%H:%M:%S.%L", nticks=6))
     return fig
 
 

@@ -248,3 +248,14 @@ def test_one_snapshot_at_a_time_and_stats_and_metrics_never_wait_for_it(agent):
     finally:
         agent.snapshot_slot.release()
     assert agent_request(agent, "GET", "/v1/snapshot?trace=0")[0] == 200
+
+
+def test_a_hole_in_the_series_is_marked_as_a_gap(agent, tmp_path):
+    """Samples more than three intervals apart (a poll that waited, a job that stalled) are not joined by a line."""
+    db = str(tmp_path / "live.sqlite")
+    poller = TargetPoller(db, AgentClient(f"127.0.0.1:{agent.port}", None), 0.05, None, state_every=60)
+    assert poller.poll_once() and poller.poll_once()
+    time.sleep(2.2)  # more than max(3 x 0.05 s, 0.05 s + 2 s) without a poll
+    assert poller.poll_once()
+    gaps = Library.open(db).live.samples(poller.attachment_id)["gap"]
+    assert gaps == [0, 0, 1]

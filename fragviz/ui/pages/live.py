@@ -162,7 +162,10 @@ def _state_figures(app_ctx, aid: int, device: int, seen: float | None):
     seg_map = segment_map_figure(segments, lambda _stack: "")
     seg_map.update_layout(title=dict(text=f"segments at {time.strftime('%H:%M:%S', time.localtime(t))}",
                                      font=dict(size=13)))
-    return seg_map, gap_histogram_figure(gaps, None, max(gaps, default=0)), t
+    histogram = gap_histogram_figure(gaps, None, max(gaps, default=0))
+    # half a 1280 px page: a title that fits it (the snapshot page's long one is cut there)
+    histogram.update_layout(title=dict(text=f"free gaps · largest {fb(max(gaps, default=0))}", font=dict(size=13)))
+    return seg_map, histogram, t
 
 
 def register(app, app_ctx) -> None:
