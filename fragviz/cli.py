@@ -149,7 +149,8 @@ def _parser() -> argparse.ArgumentParser:
     att.add_argument("--token", help="the agents' token (default $FRAGVIZ_TOKEN)")
     att.add_argument("--db", help=db_help)
     att.add_argument("--interval", default="1s", help="time between polls (default 1s)")
-    att.add_argument("--snapshot-every", default="60s", help="time between full snapshots (default 60s)")
+    att.add_argument("--snapshot-every", default="5m", help="time between full snapshots with their trace (default "
+                     "5m; each costs the job the time to copy its allocator's state)")
     att.add_argument("--duration", help="stop after this long (default: until Ctrl-C)")
     att.set_defaults(run=_cmd_attach)
 
@@ -450,12 +451,12 @@ def _cmd_capture(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from fragviz.live.runner import run_script
+    from fragviz.live.runner import run_command
     from fragviz.units import parse_size
 
     memory = parse_size(args.device_memory) if args.device_memory else None
     token = args.token or os.environ.get("FRAGVIZ_TOKEN") or None
-    return run_script(list(args.command), args.port, args.host, token, memory, args.alloc_conf,
+    return run_command(list(args.command), args.port, args.host, token, memory, args.alloc_conf,
                       True if args.simulate else None, args.max_entries, args.linger)
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 from fragviz.allocator.config import parse_alloc_conf
 from fragviz.allocator.rules import allocation_size, round_size
 from fragviz.allocator.sim import DeviceAllocator
-from fragviz.allocator.state import snapshot_dict
+from fragviz.allocator.state import build_snapshot, copy_state
 from fragviz.snapshot.frames import StackInterner
 from fragviz.units import torch_format_size
 
@@ -102,6 +102,7 @@ class SimulatedDevice:
         self.lock = threading.RLock()
         self.max_entries = max_entries
         self.on_oom = on_oom
+        self.lock_seconds = 0.0  # how long the last snapshot held the lock
 
     def track(self, storage: Any) -> None:
         key = storage._cdata
@@ -154,14 +155,19 @@ class SimulatedDevice:
                 "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
                 "avoid fragmentation. (simulated by fragviz on a CPU)")
 
-    def snapshot(self, provenance: dict[str, Any], close: bool = True, trace: bool = True) -> dict[str, Any]:
-        """The device as a PyTorch snapshot; `close` stops recording (the end of a capture)."""
+    def snapshot(self, provenance: dict[str, Any], close: bool = True, trace: bool = True,
+                 pause: Callable[[], None] | None = None) -> dict[str, Any]:
+        """The device as a PyTorch snapshot; `close` stops recording (the end of a capture). The lock that the
+        job's allocations wait on is held only to copy the state (`copy_state`, O(segments + blocks); without
+        the trace, the trace is not touched); the snapshot is built from the copy outside it, calling `pause`
+        now and then (`build_snapshot`). `lock_seconds` is how long the last one held it."""
+        started = time.perf_counter()
         with self.lock:
             self.closed = self.closed or close
-            data = snapshot_dict([self.alloc], tuple(self.stacks.frames), tuple(self.stacks.stacks), provenance)
-        if not trace:
-            data["device_traces"] = [[] for _ in data["device_traces"]]
-        return data
+            state = copy_state([self.alloc], trace)
+            frames, stacks = tuple(self.stacks.frames), tuple(self.stacks.stacks)
+            self.lock_seconds = time.perf_counter() - started
+        return build_snapshot(state, frames, stacks, provenance, pause)
 
 
 def _oom_error(message: str) -> Exception:

@@ -48,6 +48,8 @@ class DeviceAllocator:
         self.peaks = Peaks()
         self.num_alloc_retries = 0
         self.num_ooms = 0
+        self.num_device_alloc = 0  # driver allocations and frees (segments, expandable mappings), as memory_stats()
+        self.num_device_free = 0
         self.trace: list[dict[str, Any]] = []
         self._next_va = va_base
         self.event = 0  # index of the workload event being served, stamped on trace entries
@@ -227,6 +229,7 @@ class DeviceAllocator:
         self.reserved += size
         self._ranges[addr] = size
         self.bump_peaks()
+        self.num_device_alloc += 1
         self._trace("segment_alloc", addr, size, stream, stack)
         return block
 
@@ -335,6 +338,7 @@ class DeviceAllocator:
         pool.insert(to_map)
         self.reserved += mapped
         self.bump_peaks()
+        self.num_device_alloc += 1
         self._trace("segment_map", start, mapped, to_map.stream, stack)
         return True
 
@@ -362,6 +366,7 @@ class DeviceAllocator:
 
     def release_block(self, block: Block) -> None:
         """cudaFree of a whole free segment."""
+        self.num_device_free += 1
         self._trace("segment_free", block.addr, block.size, block.stream, -1)
         self.reserved -= block.size
         self._ranges.pop(block.addr, None)
@@ -393,6 +398,7 @@ class DeviceAllocator:
         self._try_merge(block, block.next)
         pool.insert_unmapped(block)
         self.reserved -= size
+        self.num_device_free += 1
         self._trace("segment_unmap", start, size, block.stream, -1)
         return size
 

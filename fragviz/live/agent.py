@@ -13,6 +13,7 @@ library, fragviz.live.protocol, lazy torch and fragviz's core only (see sources.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import socket
@@ -24,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fragviz.errors import AgentError
 from fragviz.live import protocol
+from fragviz.live.door import CappedReader, Deadline, Door, HeadersTooLarge
 from fragviz.live.sources import CudaSource, SimulatedSource, Source, rank_env
 
 MAX_CONCURRENT = 8
@@ -39,12 +41,15 @@ class Agent:
         self.token = token
         self.host = host
         self.ranks = rank_env()
+        self.process_start_time = process_start_time()
         self.polls = 0
         self.errors = 0
         self.cpu_seconds = 0.0
         self.oom_fetched = 0  # how many OOM snapshots the source had taken when one was last served
         self._counter_lock = threading.Lock()
         self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
+        self.snapshot_slot = threading.Lock()  # one snapshot built at a time: a second is 503, never queued
+        self.snapshots = 0
         self._server = _server_for(host, port)
         self._server.agent = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
@@ -68,9 +73,12 @@ class Agent:
         devices = self.source.device_stats()
         with self._counter_lock:
             self.polls += 1
-            agent = {"polls": self.polls, "cpu_seconds": round(self.cpu_seconds, 6), "errors": self.errors}
-        return {"time": time.time(), "pid": os.getpid(), "simulated": self.source.simulated, **self.ranks,
-                "devices": devices, "agent": agent}
+            agent = {"polls": self.polls, "cpu_seconds": round(self.cpu_seconds, 6), "errors": self.errors,
+                     "snapshots": self.snapshots,
+                     "snapshot_lock_seconds": round(getattr(self.source, "lock_seconds", 0.0), 6),
+                     "state_walk_seconds": round(getattr(self.source, "walk_seconds", 0.0), 6)}
+        return {"time": time.time(), "pid": os.getpid(), "process_start_time": self.process_start_time,
+                "simulated": self.source.simulated, **self.ranks, "devices": devices, "agent": agent}
 
     def count(self, cpu: float, failed: bool) -> None:
         with self._counter_lock:
@@ -93,10 +101,39 @@ class Agent:
         self.source.close()
 
 
+def process_start_time() -> float:
+    """When this process started, in Unix time (Linux: /proc; elsewhere, when the agent started)."""
+    try:
+        with open("/proc/self/stat") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime: clock ticks after boot
+        with open("/proc/stat") as fh:
+            boot = int(next(line for line in fh if line.startswith("btime")).split()[1])
+        return round(boot + ticks / os.sysconf("SC_CLK_TCK"), 2)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return round(time.time(), 2)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 64
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.door = Door()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.door.admit(request):  # every open connection is being answered: this one waits for none
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.door.leave(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        self.agent.count(0.0, True)  # type: ignore[attr-defined]  (counted, never printed into the job's stderr)
 
 
 class _Server6(_Server):
@@ -118,6 +155,30 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the job's stderr is not ours)
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = CappedReader(self.rfile)  # type: ignore[assignment]
+        self._deadline = Deadline(self.connection)
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except HeadersTooLarge:  # in the request line (parse_request answers 431 for the headers itself)
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.send_error(431, "Request line too long")
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self._deadline.cancel()
+        self.rfile.lift()  # type: ignore[attr-defined]
+        self.server.door.read(self.connection)  # type: ignore[attr-defined]
+        return ok
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
 
     def _method_not_allowed(self) -> None:
         # Every endpoint reads: nothing here changes the job, so nothing but GET is taken.
@@ -160,8 +221,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif url.path == protocol.PATH_METRICS:
             self._send(200, protocol.render_metrics(agent.stats()).encode(), protocol.PROMETHEUS_CONTENT_TYPE)
         elif url.path == protocol.PATH_SNAPSHOT:
-            trace = query.get("trace", ["1"])[-1] not in ("0", "false", "no")
-            self._send(200, agent.source.snapshot(trace), "application/octet-stream")
+            self._snapshot(agent, query.get("trace", ["1"])[-1] not in ("0", "false", "no"))
         elif url.path == protocol.PATH_OOM:
             count, blob = agent.source.oom_count, agent.source.oom_snapshot()
             if blob is None:
@@ -175,6 +235,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, {"error": f"no such endpoint: {url.path[:80]}",
                                   "endpoints": [protocol.PATH_STATS, protocol.PATH_SNAPSHOT, protocol.PATH_OOM,
                                                 protocol.PATH_STATE, protocol.PATH_METRICS]})
+
+    def _snapshot(self, agent: Agent, trace: bool) -> None:
+        """The snapshot now; one at a time (building one costs the job a little, queueing them would cost it
+        a lot): 503 with Retry-After while another is being built."""
+        if not agent.snapshot_slot.acquire(blocking=False):
+            self._send_json(503, {"error": "a snapshot is being taken: try again"}, {"Retry-After": "5"})
+            return
+        try:
+            blob = agent.source.snapshot(trace)
+            with agent._counter_lock:
+                agent.snapshots += 1
+        finally:
+            agent.snapshot_slot.release()
+        self._send(200, blob, "application/octet-stream")
 
     def _denied(self, agent: Agent) -> bool:
         if protocol.names_this_machine(agent.host) and not _loopback_host_header(self.headers.get("Host")):

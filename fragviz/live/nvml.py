@@ -48,7 +48,7 @@ class Nvml:
         return self._handles[device]
 
     def memory(self, device: int, uuid: str | None) -> dict[str, Any] | None:
-        """{"total", "free", "used", "processes": [{"pid", "used_bytes"}]} or None."""
+        """{"total", "free", "used", "index" (physical), "processes": [{"pid", "used_bytes"}]} or None."""
         handle = self._handle(device, uuid)
         if handle is None:
             return None
@@ -56,9 +56,10 @@ class Nvml:
         try:
             info = lib.nvmlDeviceGetMemoryInfo(handle)
             procs = lib.nvmlDeviceGetComputeRunningProcesses(handle)
+            index = int(lib.nvmlDeviceGetIndex(handle))  # the physical index, whatever CUDA_VISIBLE_DEVICES says
         except Exception:
             return None
-        return {"total": int(info.total), "free": int(info.free), "used": int(info.used),
+        return {"total": int(info.total), "free": int(info.free), "used": int(info.used), "index": index,
                 "processes": [{"pid": int(p.pid), "used_bytes": _used(p)} for p in procs]}
 
 

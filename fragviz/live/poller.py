@@ -66,6 +66,7 @@ class TargetPoller:
         self._next_state = 0.0
         self._thread: threading.Thread | None = None
         self._waiting_logged = False
+        self._last_sample: float | None = None  # the agent's time of the last sample recorded
         self._refusing: set[str] = set()  # what was last refused (stats, state): said once until a good one
         self._state_digest: bytes | None = None
 
@@ -137,8 +138,9 @@ class TargetPoller:
         except NotAnAgent as exc:
             self._refused_answer(exc, "stats")
             return True
-        gap = self._came_back(stats)
+        gap = self._came_back(stats) or self._hole_before(stats["time"])
         self.recorder.record(self.attachment_id, stats, gap)
+        self._last_sample = stats["time"]
         self.status.polls += 1
         self._refusing.discard("stats")
         try:
@@ -147,6 +149,11 @@ class TargetPoller:
             self._went_away(exc)
             return False
         return True
+
+    def _hole_before(self, t: float) -> bool:
+        """Whether samples are missing before one taken at `t` (a poll that waited, a job that stalled): the
+        sample is marked as after a gap, so no chart draws a line across the hole."""
+        return self._last_sample is not None and t - self._last_sample > max(3 * self.interval, self.interval + 2.0)
 
     def _refused_answer(self, exc: NotAnAgent, what: str) -> None:
         """An answer that is not a usable sample (NaN, too many devices, too large): before any good one, what

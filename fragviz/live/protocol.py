@@ -28,8 +28,13 @@ DEFAULT_RUN_PORT = 9400
 STATS_DEVICE_KEYS = ("device", "allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes",
                      "inactive_split_bytes", "non_releasable_bytes", "num_alloc_retries", "num_ooms",
                      "device_total_bytes", "device_free_bytes", "nvml_used_bytes", "largest_free_block",
-                     "fragmentation", "free_scatter", "processes")
-OPTIONAL_DEVICE_KEYS = ("device_total_bytes", "device_free_bytes", "nvml_used_bytes")  # null where unknown
+                     "fragmentation", "free_scatter", "processes", "peak_reserved_bytes", "peak_active_bytes",
+                     "peak_requested_bytes", "num_device_alloc", "num_device_free", "gpu_uuid", "gpu_index")
+# Since the fleet's metrics: peaks since the job started, driver allocations and frees, and the GPU by UUID and
+# physical index (to join DCGM's series). An agent from before them lacks them: read as unknown (null).
+LATER_DEVICE_KEYS = ("peak_reserved_bytes", "peak_active_bytes", "peak_requested_bytes", "num_device_alloc",
+                     "num_device_free", "gpu_index")
+OPTIONAL_DEVICE_KEYS = ("device_total_bytes", "device_free_bytes", "nvml_used_bytes") + LATER_DEVICE_KEYS
 RATIO_KEYS = ("fragmentation", "free_scatter")
 # What a client reads of an agent's answers: a real job's stats take a few KB, its state a few MB (a block
 # is some 40 bytes of JSON). Parsed JSON takes up to ~30x its text, so these also bound the reader's memory.
@@ -38,7 +43,7 @@ MAX_STATE_BYTES = 16 << 20
 MAX_DEVICES = 64  # per stats object: more GPUs than any one process drives
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 POOLS = ("large", "small")
-COUNT_KEYS = tuple(k for k in STATS_DEVICE_KEYS if k not in ("device", "processes") + RATIO_KEYS)
+COUNT_KEYS = tuple(k for k in STATS_DEVICE_KEYS if k not in ("device", "processes", "gpu_uuid") + RATIO_KEYS)
 
 # (stats key, metric name, type, help). Counters end in _total, as the exposition format asks.
 DEVICE_METRICS = (
@@ -63,7 +68,17 @@ DEVICE_METRICS = (
      "Non-releasable bytes / reserved bytes (0: every cached free byte could be given back)"),
     ("free_scatter", "fragviz_free_scatter_ratio", "gauge",
      "1 - largest free block / cached free bytes, whole free segments included (secondary)"),
+    ("peak_reserved_bytes", "fragviz_peak_reserved_bytes", "gauge",
+     "Highest reserved bytes since the job started (a scrape misses what happens between two)"),
+    ("peak_active_bytes", "fragviz_peak_active_bytes", "gauge", "Highest active bytes since the job started"),
+    ("peak_requested_bytes", "fragviz_peak_requested_bytes", "gauge",
+     "Highest requested bytes since the job started"),
+    ("num_device_alloc", "fragviz_device_allocs_total", "counter",
+     "Memory the allocator took from the driver (cudaMalloc, or an expandable segment's mapping)"),
+    ("num_device_free", "fragviz_device_frees_total", "counter", "Memory the allocator gave back to the driver"),
 )
+# Rendered apart from the tables above (their labels differ): the job's own, and NVML's per process
+JOB_METRICS = ("fragviz_simulated", "fragviz_process_start_time_seconds", "fragviz_nvml_process_used_bytes")
 AGENT_METRICS = (
     ("polls", "fragviz_agent_polls_total", "counter", "Statistics collections served by the agent"),
     ("cpu_seconds", "fragviz_agent_cpu_seconds_total", "counter", "CPU time spent by the agent's threads"),
@@ -89,6 +104,10 @@ def check_stats(data: Any) -> dict[str, Any]:
             raise ValueError("not a fragviz agent: a device without its index")
         if "non_releasable_bytes" not in dev:
             _from_an_older_agent(dev)
+        for key in LATER_DEVICE_KEYS + ("gpu_uuid",):
+            dev.setdefault(key, None)
+        if dev["gpu_uuid"] is not None and not (isinstance(dev["gpu_uuid"], str) and _UUID.fullmatch(dev["gpu_uuid"])):
+            raise ValueError("not a fragviz agent: gpu_uuid is not a GPU's UUID")
         for key in COUNT_KEYS:
             if not _is_int(dev.get(key)) and not (key in OPTIONAL_DEVICE_KEYS and dev.get(key) is None):
                 raise ValueError(f"not a fragviz agent: {key} is not a count")
@@ -115,6 +134,9 @@ def check_state(data: Any) -> dict[str, Any]:
         if not isinstance(blocks, list) or not all(_is_block(b) for b in blocks):
             raise ValueError("not a fragviz agent: a segment's blocks are not [address, size, requested, state]")
     return data
+
+
+_UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z-]{1,64}")
 
 
 def _is_block(b: Any) -> bool:
@@ -144,22 +166,47 @@ def _is_int(value: Any) -> bool:
 
 
 def render_metrics(stats: dict[str, Any]) -> str:
-    """The stats object as Prometheus text: HELP and TYPE lines, a sample per device labelled device and rank."""
-    rank = stats.get("rank")
-    rank_label = str(rank if rank is not None else 0)  # a job outside a distributed launch is rank 0
+    """The stats object as Prometheus text: HELP and TYPE lines, a sample per device. Every sample is labelled
+    with the job's `pid`, and `rank` where the job has one (a job outside a distributed launch has none); a
+    device's samples with `device` (CUDA's index in the job), and where known `gpu_uuid` and `gpu_index` (the
+    physical index), which join DCGM's series (`DCGM_FI_DEV_FB_USED{UUID=...}`)."""
+    job = _job_labels(stats)
     lines = ["# HELP fragviz_simulated 1 when the device is fragviz's simulation of a CUDA device (a CPU run)",
-             "# TYPE fragviz_simulated gauge",
-             f'fragviz_simulated{{rank="{rank_label}"}} {int(bool(stats.get("simulated")))}']
+             "# TYPE fragviz_simulated gauge", f"fragviz_simulated{{{job}}} {int(bool(stats.get('simulated')))}"]
+    if stats.get("process_start_time") is not None:
+        lines += ["# HELP fragviz_process_start_time_seconds When the job's process started (Unix time)",
+                  "# TYPE fragviz_process_start_time_seconds gauge",
+                  f"fragviz_process_start_time_seconds{{{job}}} {_number(stats['process_start_time'])}"]
     for key, name, kind, help_text in DEVICE_METRICS:
-        samples = [(d["device"], d.get(key)) for d in stats["devices"] if d.get(key) is not None]
+        samples = [(d, d.get(key)) for d in stats["devices"] if d.get(key) is not None]
         if not samples:
             continue
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        lines += [f'{name}{{device="{dev}",rank="{rank_label}"}} {_number(v)}' for dev, v in samples]
+        lines += [f"{name}{{{_device_labels(d)},{job}}} {_number(v)}" for d, v in samples]
+    processes = [(d, p) for d in stats["devices"] for p in d.get("processes") or () if p.get("used_bytes") is not None]
+    if processes:
+        lines += ["# HELP fragviz_nvml_process_used_bytes Device memory each process uses, as NVML sees it",
+                  "# TYPE fragviz_nvml_process_used_bytes gauge"]
+        lines += [f'fragviz_nvml_process_used_bytes{{{_device_labels(d)},{job},process_pid="{int(p["pid"])}"}} '
+                  f'{_number(p["used_bytes"])}' for d, p in processes]
     for key, name, kind, help_text in AGENT_METRICS:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
-                  f'{name}{{rank="{rank_label}"}} {_number(stats["agent"].get(key, 0))}']
+                  f"{name}{{{job}}} {_number(stats['agent'].get(key, 0))}"]
     return "\n".join(lines) + "\n"
+
+
+def _job_labels(stats: dict[str, Any]) -> str:
+    rank = stats.get("rank")
+    return f'pid="{int(stats["pid"])}"' + (f',rank="{int(rank)}"' if rank is not None else "")
+
+
+def _device_labels(dev: dict[str, Any]) -> str:
+    out = f'device="{int(dev["device"])}"'
+    if dev.get("gpu_uuid"):
+        out += f',gpu_uuid="{dev["gpu_uuid"]}"'  # checked against _UUID: no quote or backslash can be in it
+    if dev.get("gpu_index") is not None:
+        out += f',gpu_index="{int(dev["gpu_index"])}"'
+    return out
 
 
 def _number(value: Any) -> str:

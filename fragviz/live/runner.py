@@ -1,15 +1,22 @@
-"""`fragviz run -- python train.py ARGS`: an unchanged script, with the live agent started first.
+"""`fragviz run -- python [options] train.py ARGS`: the job, unchanged, with the live agent started first.
 
+fragviz does not run the script itself: it becomes the `python` command (execve: the same process id), with
+its boot folder first on PYTHONPATH. Python imports that folder's `sitecustomize` at start, which starts the
+agent (`boot`) and puts PYTHONPATH and sys.path back; then Python runs the script, `-m` module or `-c` command
+as it always does: sys.argv, sys.path[0], __main__, a traceback, the exit status and signals are Python's own.
 Under torchrun every rank is its own process: each serves on PORT + LOCAL_RANK and says so on stderr.
 """
 from __future__ import annotations
 
+import json
 import os
-import runpy
+import re
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 from fragviz.errors import UsageError
-from fragviz.units import format_bytes
+from fragviz.units import cut, format_bytes
 
 
 def script_and_args(command: list[str], verb: str) -> list[str]:
@@ -29,31 +36,108 @@ def agent_port(port: int) -> int:
     return port + int(local) if port and local.isdigit() else port
 
 
-def run_script(command: list[str], port: int, host: str, token: str | None, device_memory: int | None,
-               alloc_conf: str | None, simulate: bool | None, max_entries: int, linger: float) -> int:
-    """Run the script under the agent; the script's exit status, 1 for an uncaught exception."""
+# What `fragviz run` hands to the interpreter it starts: the agent's settings (read and removed by the boot).
+SPEC_VARIABLE = "FRAGVIZ_RUN"
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")
+_PYTHON = re.compile(r"python(\d+(\.\d+)*)?(\.exe)?")
+_WITH_VALUE = "XW"  # short options whose value follows (-X dev, -Wd)
+_SWITCHING_OFF = {"I": "-I (isolated mode)", "E": "-E (ignore PYTHON* variables)", "S": "-S (no site module)"}
+
+
+@dataclass(frozen=True)
+class PythonCommand:
+    """A command line as `python` takes it: the interpreter, its options, and what it runs (a script, -m
+    module, -c command or - for standard input) with that target's arguments; `script` is the script's path."""
+    interpreter: str
+    argv: list[str]
+    script: str | None
+
+
+def python_command(command: list[str]) -> PythonCommand:
+    """`-- python [options] (script | -m module | -c command | -) ARGS`, or `-- script.py ARGS` for python."""
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("run needs a command: fragviz run [options] -- python train.py ARGS")
+    first = command[0]
+    if _PYTHON.fullmatch(os.path.basename(first)):
+        # a bare name is the interpreter fragviz runs in (the training environment fragviz is installed in)
+        interpreter = sys.executable if os.path.basename(first) == first else first
+        rest = command[1:]
+    elif first.endswith(".py"):
+        interpreter, rest = sys.executable, command
+    else:
+        raise UsageError(f"run starts Python, not '{cut(first, 60)}': fragviz run [options] -- python train.py ARGS")
+    return PythonCommand(interpreter, [interpreter, *rest], _target(rest))
+
+
+def _target(args: list[str]) -> str | None:
+    """The script `args` run (None for -m, -c, - or options only), after checking no option turns the agent off."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "-" or not arg.startswith("-"):
+            return None if arg == "-" else arg
+        if arg.startswith("--"):
+            i += 2 if arg == "--check-hash-based-pycs" else 1
+            continue
+        for j, flag in enumerate(arg[1:], 1):
+            if flag in _SWITCHING_OFF:
+                raise UsageError(f"fragviz run starts its agent through PYTHONPATH and the site module, which "
+                                 f"{_SWITCHING_OFF[flag]} turns off")
+            if flag in "mc":
+                return None
+            if flag in _WITH_VALUE:
+                i += 0 if j < len(arg) - 1 else 1
+                break
+        i += 1
+    return None
+
+
+def run_command(command: list[str], port: int, host: str, token: str | None, device_memory: int | None,
+                alloc_conf: str | None, simulate: bool | None, max_entries: int, linger: float) -> int:
+    """Become `python ...` with the agent started at its start (the boot folder's sitecustomize): the same
+    process, sys.argv, sys.path, __main__, traceback, exit status and signals as `python ...` alone."""
+    cmd = python_command(command)
+    spec = {"port": agent_port(port), "host": host, "token": token, "device_memory": device_memory,
+            "alloc_conf": alloc_conf, "simulate": simulate, "max_entries": max_entries, "linger": linger,
+            "root_file": os.path.abspath(cmd.script) if cmd.script else None,
+            "pythonpath": os.environ.get("PYTHONPATH"), "fragviz_root": _fragviz_root(cmd.interpreter)}
+    env = dict(os.environ)
+    env[SPEC_VARIABLE] = json.dumps(spec)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOT_DIR, spec["fragviz_root"], spec["pythonpath"]) if p)
+    if alloc_conf is not None:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf  # before CUDA initialises
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(cmd.interpreter, cmd.argv, env)
+    except OSError as exc:
+        raise UsageError(f"cannot start {cmd.interpreter}: {exc.strerror or exc}") from None
+    return 0  # not reached: the process is the job now
+
+
+def _fragviz_root(interpreter: str) -> str | None:
+    """The folder holding fragviz, for an interpreter other than fragviz's own (it may not have it installed)."""
+    if os.path.realpath(interpreter) == os.path.realpath(sys.executable):
+        return None
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def boot(spec: dict[str, Any]) -> None:
+    """In the job's interpreter, before its script: the agent started, PYTHONPATH and sys.path as the user left
+    them (so the job's own child processes, data loader workers among them, start no agent)."""
+    from fragviz.errors import FragvizError
     from fragviz.live.agent import start_agent
 
-    argv = script_and_args(command, "run")
-    if alloc_conf is not None:
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf  # before CUDA initialises
-    agent = start_agent(agent_port(port), host, token, max_entries=max_entries, simulate=simulate,
-                        device_memory=device_memory, alloc_conf=alloc_conf, root_file=argv[0], linger=linger)
-    _announce(agent)
-    saved = sys.argv
-    sys.argv = argv
     try:
-        runpy.run_path(argv[0], run_name="__main__")
-        return 0
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except Exception as exc:  # the job's own failure, an OOM above all: report it as Python would, briefly
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        print(f"fragviz: {argv[0]} failed: {type(exc).__name__}: {first}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        sys.argv = saved
-        agent.stop(linger)
+        agent = start_agent(spec["port"], spec["host"], spec["token"], max_entries=spec["max_entries"],
+                            simulate=spec["simulate"], device_memory=spec["device_memory"],
+                            alloc_conf=spec["alloc_conf"], root_file=spec["root_file"], linger=spec["linger"])
+    except FragvizError as exc:
+        print(f"fragviz: {exc}", file=sys.stderr, flush=True)
+        os._exit(exc.exit_code)
+    _announce(agent)
 
 
 def _announce(agent) -> None:

@@ -6,11 +6,13 @@ live segment maps). torch is imported lazily; nothing here imports the store or 
 """
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import threading
-from contextlib import ExitStack
-from typing import Any, Protocol
+import time
+from contextlib import ExitStack, contextmanager
+from typing import Any, Iterator, Protocol
 
 from fragviz.metrics import expandable_page, fragmentation, free_scatter, stuck_in_gap
 from fragviz.live.nvml import Nvml
@@ -28,8 +30,43 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+def _let_the_job_run() -> None:
+    """Hand the GIL to the job's thread if it waits for it. The job's thread gives the GIL up around every
+    torch op and, without this, waits a whole switch interval (5 ms) to get it back from a thread that builds
+    a snapshot: sixty ops a step made a step of 6 ms take 300."""
+    time.sleep(0)
+
+
+class _Parts:
+    """A pickle's output in parts: the C pickler hands over each 64 KiB frame through this `write`, where the
+    job's thread may run (pickle.dumps would hold the GIL from its first byte to its last)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(bytes(data))
+        _let_the_job_run()
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """The cyclic collector off while a snapshot is built: its hundred thousand new dicts would start full
+    collections of the job's whole heap, each holding the GIL (the job's thread) for hundreds of milliseconds.
+    A snapshot makes no cycles; what the job makes meanwhile is collected after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _dumps(data: Any) -> bytes:
-    return pickle.dumps(data, protocol=4)  # what PyTorch's own viewer and fragviz's loader read
+    out = _Parts()
+    pickle.Pickler(out, protocol=4).dump(data)  # protocol 4: what PyTorch's own viewer and fragviz's loader read
+    return b"".join(out.parts)
 
 
 def compact_segment(seg: dict[str, Any]) -> dict[str, Any]:
@@ -62,6 +99,9 @@ def expandable_non_releasable(segments: list[dict[str, Any]]) -> int:
                 out += stuck_in_gap(cursor, cursor + b["size"], seg["address"], page)
             cursor += b["size"]
     return out
+
+
+WALK_EVERY = 5.0  # seconds between walks of a CUDA device's segments (the figures memory_stats() lacks)
 
 
 def ratios(non_releasable: int, reserved: int, free: int, largest: int) -> dict[str, float]:
@@ -119,11 +159,20 @@ class SimulatedSource:
                      "num_alloc_retries": a.num_alloc_retries,
                      "num_ooms": a.num_ooms, "device_total_bytes": a.capacity, "device_free_bytes": a.device_free(),
                      "nvml_used_bytes": None, "largest_free_block": largest,
-                     **ratios(stuck, a.reserved, free, largest), "processes": []}
+                     **ratios(stuck, a.reserved, free, largest), "processes": [],
+                     "peak_reserved_bytes": a.peaks.reserved, "peak_active_bytes": a.peaks.active,
+                     "peak_requested_bytes": a.peaks.requested, "num_device_alloc": a.num_device_alloc,
+                     "num_device_free": a.num_device_free, "gpu_uuid": None, "gpu_index": None}
         return [stats]
 
     def snapshot(self, trace: bool) -> bytes:
-        return _dumps(self.device.snapshot(self._provenance(), close=False, trace=trace))
+        with _no_collection():
+            return _dumps(self.device.snapshot(self._provenance(), close=False, trace=trace, pause=_let_the_job_run))
+
+    @property
+    def lock_seconds(self) -> float:
+        """How long the last snapshot held the lock the job's allocations wait on."""
+        return self.device.lock_seconds
 
     def oom_snapshot(self) -> bytes | None:
         return self._oom
@@ -155,6 +204,8 @@ class CudaSource:
         self.record_history = record_history
         self._oom: bytes | None = None
         self.oom_count = 0  # OOM snapshots taken so far
+        self._walk: tuple[float, dict[int, tuple[int, int, int]]] | None = None
+        self.walk_seconds = 0.0  # how long the last walk of the segments took
         if record_history:
             torch.cuda.memory._record_memory_history(max_entries=max_entries)
         torch._C._cuda_attach_out_of_memory_observer(self._on_oom)
@@ -174,18 +225,44 @@ class CudaSource:
                 if d == current or cuda.memory_stats(d).get("reserved_bytes.all.current", 0) > 0]
 
     def device_stats(self) -> list[dict[str, Any]]:
+        """Every poll reads memory_stats() (and NVML or mem_get_info()) only; the figures that need the segments
+        (the largest free block, the expandable segments' non-releasable pages) come from a walk of the state
+        without its traces, at most every WALK_EVERY seconds."""
         devices = self._devices()
         if not devices:
             return []
-        segments = self.torch.cuda.memory_snapshot()
-        return [self._stats(d, [s for s in segments if s.get("device") == d]) for d in devices]
+        walked = self._walked()
+        return [self._stats(d, walked.get(d, (0, 0, 0))) for d in devices]
 
-    def _stats(self, device: int, segments: list[dict[str, Any]]) -> dict[str, Any]:
+    def _walked(self) -> dict[int, tuple[int, int, int]]:
+        """Per device (cached free bytes, largest free block, expandable non-releasable bytes) of the last walk,
+        walked again when it is older than WALK_EVERY seconds; how long a walk took is `walk_seconds`."""
+        now = time.monotonic()
+        if self._walk is None or now - self._walk[0] >= WALK_EVERY:
+            segments = self.segments()
+            figures = {}
+            for d in {seg.get("device", 0) for seg in segments}:
+                mine = [seg for seg in segments if seg.get("device", 0) == d]
+                figures[d] = (*gap_figures(mine), expandable_non_releasable(mine))
+            self.walk_seconds = time.monotonic() - now
+            self._walk = (now, figures)
+        return self._walk[1]
+
+    def segments(self) -> list[dict[str, Any]]:
+        """The segments now, without the trace (torch 2.13's memory_snapshot() builds the whole trace otherwise:
+        up to 100,000 entries with their stacks, each time)."""
+        try:
+            return self.torch.cuda.memory_snapshot(include_traces=False)
+        except TypeError:  # a torch from before include_traces
+            return self.torch.cuda.memory_snapshot()
+
+    def _stats(self, device: int, walked: tuple[int, int, int]) -> dict[str, Any]:
         s = self.torch.cuda.memory_stats(device)
-        free, largest = gap_figures(segments)
+        free, largest, expandable_stuck = walked
         reserved = s.get("reserved_bytes.all.current", 0)
-        stuck = s.get("inactive_split_bytes.all.current", 0) + expandable_non_releasable(segments)
-        nv = self.nvml.memory(device, self._uuid(device))
+        stuck = s.get("inactive_split_bytes.all.current", 0) + expandable_stuck
+        uuid = self._uuid(device)
+        nv = self.nvml.memory(device, uuid)
         total, dev_free = (nv["total"], nv["free"]) if nv else self.torch.cuda.mem_get_info(device)[::-1]
         return {"device": device, "allocated_bytes": s.get("allocated_bytes.all.current", 0),
                 "reserved_bytes": reserved,
@@ -195,7 +272,12 @@ class CudaSource:
                 "num_alloc_retries": s.get("num_alloc_retries", 0), "num_ooms": s.get("num_ooms", 0),
                 "device_total_bytes": int(total), "device_free_bytes": int(dev_free),
                 "nvml_used_bytes": nv["used"] if nv else None, "largest_free_block": largest,
-                **ratios(stuck, reserved, free, largest), "processes": nv["processes"] if nv else []}
+                **ratios(stuck, reserved, free, largest), "processes": nv["processes"] if nv else [],
+                "peak_reserved_bytes": s.get("reserved_bytes.all.peak", 0),
+                "peak_active_bytes": s.get("active_bytes.all.peak", 0),
+                "peak_requested_bytes": s.get("requested_bytes.all.peak", 0),
+                "num_device_alloc": s.get("num_device_alloc", 0), "num_device_free": s.get("num_device_free", 0),
+                "gpu_uuid": uuid, "gpu_index": nv["index"] if nv else None}
 
     def _uuid(self, device: int) -> str | None:
         uuid = getattr(self.torch.cuda.get_device_properties(device), "uuid", None)
@@ -213,7 +295,7 @@ class CudaSource:
     def state(self) -> list[dict[str, Any]]:
         if not self.torch.cuda.is_initialized():
             return []
-        return [compact_segment(s) for s in self.torch.cuda.memory_snapshot()]
+        return [compact_segment(s) for s in self.segments()]
 
     def close(self) -> None:
         if self.record_history:

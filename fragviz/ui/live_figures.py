@@ -12,6 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from fragviz.ui.figures import COLORS
+from fragviz.units import format_bytes
 
 MiB = 2**20
 # (name in the legend, sample column, axis)
@@ -83,12 +84,16 @@ def live_figure(samples: dict[str, list], oom_times: list[float], simulated: boo
             dash = "dot" if column in ("largest_free", "fragmentation") else None
             fig.add_trace(go.Scatter(mode="lines", **{**common, "line": dict(color=TRACE_COLORS[k], width=1.6,
                                                                               dash=dash)}))
+    capacity = next((v for v in reversed(samples.get("device_total") or []) if v), None)
+    if capacity:  # the device's memory: how close the job runs to it
+        fig.add_hline(y=capacity / MiB, line=dict(color=COLORS["oom"], width=1, dash="dash"),
+                      annotation_text=f"device {format_bytes(capacity)}", annotation_position="top left")
     fig.update_layout(height=340, margin=dict(l=60, r=60, t=30, b=40), hovermode="x unified",
                       uirevision="live", legend=dict(orientation="h", y=-0.18, traceorder="normal"),
                       yaxis=dict(title="MiB", rangemode="tozero"),
                       yaxis2=dict(title="fragmentation %", overlaying="y", side="right", range=[0, 100],
                                   tickvals=[0, 25, 50, 75, 100], showgrid=False),
-                      xaxis=dict(type="date"))
+                      xaxis=dict(type="date", tickformat="%H:%M:%S", hoverformat="%H:%M:%S.%L", nticks=6))
     return fig
 
 

@@ -137,3 +137,30 @@ def test_a_wrong_token_is_refused_on_the_page(page, live_server, tmp_path):
         page.wait_for_selector(CHART, timeout=60000)
     finally:
         job.stop()
+
+
+def test_a_dead_job_says_so_and_counts_on_and_a_reload_still_shows_it(page, live_server, tmp_path):
+    """Killed: its panel says how long no sample has come, counting on, greys its last figures; the chart has the
+    device's capacity line; a reload shows the ended job's panel, not an empty page."""
+    job = Job(tmp_path)
+    try:
+        attach(page, live_server, job.target)
+        page.wait_for_selector(CHART, timeout=60000)
+        assert page.evaluate(f"document.querySelector(`{CHART}`).layout.shapes.length") == 1  # the device line
+        assert "device 256.00 MiB" in page.locator(CHART).inner_text()
+    finally:
+        job.stop()
+    stale = page.locator(".fv-stale-age")
+    stale.wait_for(timeout=60000)
+    first = int(stale.inner_text().split()[3])
+    page.wait_for_function(f"parseInt(document.querySelector('.fv-stale-age').innerText.split(' ')[3]) > {first}",
+                           timeout=60000)
+    assert "the job ended or cannot be reached" in stale.inner_text()
+    assert "last known: reserved" in page.locator(".fv-stale").inner_text()
+    # once the poller gives the job up (no sample for LIVE_WINDOW), a reload still opens on it
+    page.wait_for_function("document.querySelector('.fv-stale-age') && "
+                           "parseInt(document.querySelector('.fv-stale-age').innerText.split(' ')[3]) > 16",
+                           timeout=60000)
+    page.reload()
+    page.wait_for_selector(".fv-live-panel .fv-stale-age", timeout=60000)
+    assert page.errors == []

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from fragviz.live.protocol import AGENT_METRICS, DEVICE_METRICS
+from fragviz.live.protocol import AGENT_METRICS, DEVICE_METRICS, JOB_METRICS
 
 PROMTOOL = "/usr/bin/promtool"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,7 +25,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess:
 def test_promtool_checks_the_rules():
     done = promtool("check", "rules", RULES)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 2 rules found" in done.stdout
+    assert "SUCCESS: 3 rules found" in done.stdout
 
 
 def test_the_rules_fire_where_they_should_and_nowhere_else():
@@ -34,7 +34,7 @@ def test_the_rules_fire_where_they_should_and_nowhere_else():
 
 
 def test_the_rules_name_only_metrics_the_agent_exports():
-    exported = {name for _, name, _, _ in DEVICE_METRICS + AGENT_METRICS}
+    exported = {name for _, name, _, _ in DEVICE_METRICS + AGENT_METRICS} | set(JOB_METRICS)
     named = set(re.findall(r"\b(fragviz_[a-z_]+)\b", open(RULES).read()))
     assert named and named <= exported, named - exported
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import pickle
 import threading
 import time
 import urllib.request
@@ -188,3 +189,73 @@ def test_the_agent_serves_loopback_names_without_a_token(host):
         conn.close()
     finally:
         a.stop()
+
+
+# -- snapshots that do not stall the job ----------------------------------------------------------------------
+
+def test_a_snapshot_holds_the_jobs_lock_only_to_copy_the_state(agent, monkeypatch):
+    """While the snapshot is built and pickled (build_snapshot), the job can take the allocator's lock: it would
+    allocate, not wait. The copy under the lock is what the agent reports."""
+    from fragviz import recorder
+
+    held = [torch.empty(MiB, dtype=torch.uint8) for _ in range(50)]  # a trace and blocks with stacks
+    device = agent.source.device
+    free_while_built: list[bool] = []
+    real_build = recorder.build_snapshot
+
+    def build(*args, **kwargs):
+        other = threading.Thread(target=lambda: free_while_built.append(device.lock.acquire(timeout=10)
+                                                                        and (device.lock.release() or True)))
+        other.start()
+        other.join()
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(recorder, "build_snapshot", build)
+    blob = urllib.request.urlopen(agent.url + "/v1/snapshot?trace=1", timeout=30).read()
+    assert free_while_built == [True]
+    data = pickle.loads(blob)
+    assert len(data["device_traces"][0]) >= 50 and data["segments"]
+    stats = json.loads(urllib.request.urlopen(agent.url + "/v1/stats", timeout=10).read())["agent"]
+    assert stats["snapshots"] == 1 and 0 < stats["snapshot_lock_seconds"] == round(device.lock_seconds, 6)
+    del held
+
+
+def test_a_snapshot_without_its_trace_never_touches_the_trace(agent):
+    held = torch.empty(MiB, dtype=torch.uint8)
+
+    class Untouchable(list):
+        def __iter__(self):
+            raise AssertionError("the trace was read")
+
+    alloc = agent.source.device.alloc
+    alloc.trace = Untouchable(alloc.trace)
+    try:
+        data = pickle.loads(urllib.request.urlopen(agent.url + "/v1/snapshot?trace=0", timeout=30).read())
+    finally:
+        alloc.trace = list(list.__iter__(alloc.trace))
+    assert data["device_traces"] == [[]] and any(b["size"] == MiB for s in data["segments"] for b in s["blocks"])
+    del held
+
+
+def test_one_snapshot_at_a_time_and_stats_and_metrics_never_wait_for_it(agent):
+    """A second snapshot while one is built is 503 with Retry-After at once; stats and metrics are answered."""
+    assert agent.snapshot_slot.acquire(blocking=False)  # a snapshot being built
+    try:
+        status, headers, _ = agent_request(agent, "GET", "/v1/snapshot")
+        assert status == 503 and headers["Retry-After"] == "5"
+        assert agent_request(agent, "GET", "/v1/stats")[0] == 200
+        assert agent_request(agent, "GET", "/metrics")[0] == 200
+    finally:
+        agent.snapshot_slot.release()
+    assert agent_request(agent, "GET", "/v1/snapshot?trace=0")[0] == 200
+
+
+def test_a_hole_in_the_series_is_marked_as_a_gap(agent, tmp_path):
+    """Samples more than three intervals apart (a poll that waited, a job that stalled) are not joined by a line."""
+    db = str(tmp_path / "live.sqlite")
+    poller = TargetPoller(db, AgentClient(f"127.0.0.1:{agent.port}", None), 0.05, None, state_every=60)
+    assert poller.poll_once() and poller.poll_once()
+    time.sleep(2.2)  # more than max(3 x 0.05 s, 0.05 s + 2 s) without a poll
+    assert poller.poll_once()
+    gaps = Library.open(db).live.samples(poller.attachment_id)["gap"]
+    assert gaps == [0, 0, 1]

@@ -134,7 +134,7 @@ scrape_configs:
         assert status == 200
         stats = json.loads(body)
         for labels, value in samples:
-            assert (labels["device"], labels["rank"]) == ("0", "0")
+            assert labels["device"] == "0" and labels["pid"] == str(stats["pid"]) and "rank" not in labels
             assert labels["instance"] == f"127.0.0.1:{open_port}"
             assert value == stats["devices"][0]["reserved_bytes"]  # a static job: they agree
         (series,) = query(prom_port, 'fragviz_reserved_bytes{job="fragviz"}')  # the instant query, as a user asks

@@ -4,7 +4,8 @@ until killed), one optimizer step every --step-ms milliseconds at least.
 With --oom-after N it asks for a tensor of --oom-mib MiB after N steps (run it on a smaller simulated device), which raises
 PyTorch's OutOfMemoryError; --recover catches it and trains on, else the job dies of it. With --trigger FILE
 it does the same once that file exists. --hold keeps a fixed set of tensors and does nothing else (a job
-whose figures do not change, for exact comparisons). Prints 'step N' lines with flush.
+whose figures do not change, for exact comparisons). Prints 'step N' lines with flush (--stamp: 'step N T', T
+the step's end on time.monotonic, for benchmarks).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def main() -> None:
     p.add_argument("--trigger")
     p.add_argument("--recover", action="store_true")
     p.add_argument("--hold", action="store_true")
+    p.add_argument("--stamp", action="store_true", help="print each step's end time (time.monotonic) after its number")
     args = p.parse_args()
     torch.manual_seed(0)
     if args.hold:
@@ -50,7 +52,7 @@ def main() -> None:
                 print("oom", flush=True)
                 if not args.recover:
                     raise
-        print("step", step, flush=True)
+        print("step", step, *([f"{time.monotonic():.6f}"] if args.stamp else []), flush=True)
         time.sleep(max(0.0, args.step_ms / 1000 - (time.monotonic() - started)))
 
 

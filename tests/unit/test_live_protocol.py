@@ -22,7 +22,9 @@ def device(dev: int, **over) -> dict:
          "num_alloc_retries": 1, "num_ooms": 2,
          "device_total_bytes": 80 * 1024 * MiB, "device_free_bytes": 80 * 1024 * MiB - 8 * MiB,
          "nvml_used_bytes": None, "largest_free_block": 3 * MiB, "fragmentation": 0.25, "free_scatter": 0.25,
-         "processes": []}
+         "processes": [], "peak_reserved_bytes": 9 * MiB, "peak_active_bytes": 5 * MiB,
+         "peak_requested_bytes": 4 * MiB, "num_device_alloc": 3, "num_device_free": 1,
+         "gpu_uuid": "GPU-8f3c2a1e-0000-4000-8000-000000000001", "gpu_index": 5}
     d.update(over)
     assert set(d) == set(STATS_DEVICE_KEYS)
     return d
@@ -32,6 +34,14 @@ def stats(devices: list[dict], rank: int | None = 3, simulated: bool = False) ->
     return {"time": 1700000000.5, "pid": 4242, "simulated": simulated, "rank": rank, "local_rank": rank,
             "world_size": None if rank is None else 4, "devices": devices,
             "agent": {"polls": 7, "cpu_seconds": 0.125, "errors": 1}}
+
+
+def labels(device: str | None = None, rank: str | None = "3") -> tuple:
+    """A sample's labels as sample_values keys them: the job's pid (4242) and rank, and a device's with its GPU."""
+    out = {"pid": "4242", **({"rank": rank} if rank is not None else {})}
+    if device is not None:
+        out.update(device=device, gpu_uuid="GPU-8f3c2a1e-0000-4000-8000-000000000001", gpu_index="5")
+    return tuple(sorted(out.items()))
 
 
 def families(text: str) -> dict:
@@ -64,42 +74,45 @@ def test_every_family_has_help_and_type_and_the_reference_parser_reads_it_all():
     assert "fragviz_nvml_used_bytes" not in text  # null on every device: no family at all
 
 
-def test_device_samples_carry_device_and_rank_labels_with_the_stats_values():
+def test_device_samples_carry_device_gpu_pid_and_rank_labels_with_the_stats_values():
     text = render_metrics(stats([device(0), device(1, reserved_bytes=6 * MiB, fragmentation=0.5)], rank=3))
     values = sample_values(text)
-    assert values[("fragviz_reserved_bytes", (("device", "0"), ("rank", "3")))] == 8 * MiB
-    assert values[("fragviz_reserved_bytes", (("device", "1"), ("rank", "3")))] == 6 * MiB
-    assert values[("fragviz_fragmentation_ratio", (("device", "1"), ("rank", "3")))] == 0.5
-    assert values[("fragviz_requested_bytes", (("device", "0"), ("rank", "3")))] == 3 * MiB - 100
-    assert values[("fragviz_largest_free_block_bytes", (("device", "0"), ("rank", "3")))] == 3 * MiB
-    assert values[("fragviz_non_releasable_bytes", (("device", "0"), ("rank", "3")))] == 2 * MiB
-    assert values[("fragviz_free_scatter_ratio", (("device", "0"), ("rank", "3")))] == 0.25
-    assert values[("fragviz_agent_polls_total", (("rank", "3"),))] == 7
-    assert values[("fragviz_agent_cpu_seconds_total", (("rank", "3"),))] == 0.125
-    assert values[("fragviz_agent_errors_total", (("rank", "3"),))] == 1
-    assert values[("fragviz_simulated", (("rank", "3"),))] == 0
+    assert values[("fragviz_reserved_bytes", labels("0"))] == 8 * MiB
+    assert values[("fragviz_reserved_bytes", labels("1"))] == 6 * MiB
+    assert values[("fragviz_fragmentation_ratio", labels("1"))] == 0.5
+    assert values[("fragviz_requested_bytes", labels("0"))] == 3 * MiB - 100
+    assert values[("fragviz_largest_free_block_bytes", labels("0"))] == 3 * MiB
+    assert values[("fragviz_non_releasable_bytes", labels("0"))] == 2 * MiB
+    assert values[("fragviz_free_scatter_ratio", labels("0"))] == 0.25
+    assert values[("fragviz_agent_polls_total", labels())] == 7
+    assert values[("fragviz_agent_cpu_seconds_total", labels())] == 0.125
+    assert values[("fragviz_agent_errors_total", labels())] == 1
+    assert values[("fragviz_simulated", labels())] == 0
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             assert s.labels["rank"] == "3"
             if fam.name.startswith("fragviz_agent") or fam.name == "fragviz_simulated":
-                assert set(s.labels) == {"rank"}
+                assert set(s.labels) == {"pid", "rank"}
             else:
-                assert set(s.labels) == {"device", "rank"}
+                assert set(s.labels) == {"device", "gpu_uuid", "gpu_index", "pid", "rank"}
 
 
 def test_counters_are_named_total_and_typed_counter():
     text = render_metrics(stats([device(0)]))
     counters = [name for _, name, kind, _ in DEVICE_METRICS + AGENT_METRICS if kind == "counter"]
     assert set(counters) == {"fragviz_alloc_retries_total", "fragviz_ooms_total", "fragviz_agent_polls_total",
-                             "fragviz_agent_cpu_seconds_total", "fragviz_agent_errors_total"}
+                             "fragviz_agent_cpu_seconds_total", "fragviz_agent_errors_total",
+                             "fragviz_device_allocs_total", "fragviz_device_frees_total"}
     for fam in text_string_to_metric_families(text):
         if fam.type == "counter":
             assert all(s.name == fam.name + "_total" for s in fam.samples), fam.name
         else:
             assert not fam.name.endswith("_total")
     values = sample_values(text)
-    assert values[("fragviz_ooms_total", (("device", "0"), ("rank", "3")))] == 2
-    assert values[("fragviz_alloc_retries_total", (("device", "0"), ("rank", "3")))] == 1
+    assert values[("fragviz_ooms_total", labels("0"))] == 2
+    assert values[("fragviz_alloc_retries_total", labels("0"))] == 1
+    assert values[("fragviz_device_allocs_total", labels("0"))] == 3
+    assert values[("fragviz_peak_reserved_bytes", labels("0"))] == 9 * MiB
 
 
 def test_nvml_metric_only_for_the_devices_that_have_it():
@@ -109,16 +122,29 @@ def test_nvml_metric_only_for_the_devices_that_have_it():
     assert [(s.labels["device"], s.value) for s in samples] == [("0", 9 * MiB)]
 
 
-def test_a_job_outside_a_distributed_launch_is_rank_0_and_simulated_shows():
+def test_a_job_outside_a_distributed_launch_has_no_rank_and_simulated_shows():
     text = render_metrics(stats([device(0)], rank=None, simulated=True))
     values = sample_values(text)
-    assert values[("fragviz_simulated", (("rank", "0"),))] == 1
-    assert values[("fragviz_reserved_bytes", (("device", "0"), ("rank", "0")))] == 8 * MiB
+    assert values[("fragviz_simulated", labels(rank=None))] == 1
+    assert values[("fragviz_reserved_bytes", labels("0", rank=None))] == 8 * MiB
+    assert "rank=" not in text
+
+
+def test_a_device_without_a_known_gpu_has_only_its_index_and_nvml_processes_are_their_own_series():
+    dev = device(0, gpu_uuid=None, gpu_index=None, processes=[{"pid": 77, "used_bytes": 5 * MiB},
+                                                               {"pid": 78, "used_bytes": None}])
+    text = render_metrics({**stats([dev]), "process_start_time": 1699999000.25})
+    values = sample_values(text)
+    assert values[("fragviz_reserved_bytes", (("device", "0"), ("pid", "4242"), ("rank", "3")))] == 8 * MiB
+    assert values[("fragviz_nvml_process_used_bytes", (("device", "0"), ("pid", "4242"), ("process_pid", "77"),
+                                                       ("rank", "3")))] == 5 * MiB
+    assert 'process_pid="78"' not in text
+    assert values[("fragviz_process_start_time_seconds", labels())] == 1699999000.25
 
 
 def test_non_finite_fragmentation_is_written_the_way_prometheus_reads_it():
     values = sample_values(render_metrics(stats([device(0, fragmentation=float("nan"))], rank=0)))
-    assert math.isnan(values[("fragviz_fragmentation_ratio", (("device", "0"), ("rank", "0")))])
+    assert math.isnan(values[("fragviz_fragmentation_ratio", labels("0", rank="0"))])
 
 
 def test_no_devices_still_gives_the_agent_metrics():

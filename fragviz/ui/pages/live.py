@@ -26,7 +26,9 @@ TITLES = {"exhaustion": "true exhaustion", "fragmentation": "fragmentation", "ou
 
 def layout(app_ctx) -> html.Div:
     options = _options(app_ctx)
-    chosen = [o["value"] for o in options if not o.get("ended")]
+    # the jobs recording now; when none is, the one that ended last (a reload after a job died shows its last
+    # state and its OOM, never an empty page)
+    chosen = [o["value"] for o in options if not o.get("ended")] or [o["value"] for o in options][:1]
     return html.Div([header(), html.Main(className="fv-main", children=[
         html.H2("Live"),
         html.P(["Watch a running job: start it with ", html.Code("fragviz run -- python train.py"),
@@ -79,10 +81,10 @@ def _panel(app_ctx, aid: int, device: int) -> tuple[html.Section, dict[str, Any]
              html.Span("CUDA" + (" + NVML" if nvml else " (NVML not available)"), className="fv-badge"))
     events = live.events(aid)
     cursor = {"sample": samples["id"][-1] if samples["id"] else 0, "event": events[-1].id if events else 0,
-              "state": None, "aid": aid, "device": device}
+              "state": None, "aid": aid, "device": device, "last": _last(samples)}
     section = html.Section(className="fv-card fv-live-panel", children=[
         html.H3([f"{att.label} · device {device} ", badge]),
-        html.Div(_figures_line(samples), id={"type": ids.LIVE_NOW, "index": key}, className="fv-live-now"),
+        html.Div(_figures_line(_last(samples)), id={"type": ids.LIVE_NOW, "index": key}, className="fv-live-now"),
         html.Div(_alerts(app_ctx, ooms), id={"type": ids.LIVE_OOM_ALERT, "index": key}),
         dcc.Graph(id={"type": ids.LIVE_CHART, "index": key}, figure=fig, config={"displaylogo": False}),
         html.Div(className="fv-controls", children=[
@@ -97,11 +99,19 @@ def _panel(app_ctx, aid: int, device: int) -> tuple[html.Section, dict[str, Any]
     return section, cursor
 
 
-def _figures_line(samples: dict[str, list]) -> str:
-    if not samples["t"]:
+STALE_AFTER = 5.0  # seconds without a sample after which a panel says its figures are old
+
+
+def _last(samples: dict[str, list]) -> dict[str, Any] | None:
+    """The newest sample of these columns, as one row (None when there is none)."""
+    return {k: v[-1] for k, v in samples.items()} if samples["t"] else None
+
+
+def _figures_line(s: dict[str, Any] | None, now: float | None = None) -> Any:
+    """The newest figures; once no sample has come for STALE_AFTER seconds, first and in its own colour, how
+    long it has been (counting on at every tick), and the figures greyed as the last ones known."""
+    if s is None:
         return "waiting for the first sample…"
-    i = len(samples["t"]) - 1
-    s = {k: v[i] for k, v in samples.items()}
     parts = [f"reserved {fb(s['reserved'])}", f"allocated {fb(s['allocated'])}", f"requested {fb(s['requested'])}",
              f"fragmentation {100 * s['fragmentation']:.1f}% (non-releasable {fb(s['non_releasable'])})",
              f"largest request the cache can serve {fb(s['largest_free'])}"]
@@ -109,8 +119,11 @@ def _figures_line(samples: dict[str, list]) -> str:
         parts.append(f"NVML used {fb(s['nvml_used'])} (outside PyTorch {fb(max(0, s['nvml_used'] - s['reserved']))})")
     if s["device_total"]:
         parts.append(f"device {fb(s['device_total'])}")
-    age = time.time() - s["t"]
-    return " · ".join(parts) + (f" · last sample {age:.0f} s ago" if age > 5 else "")
+    age = (time.time() if now is None else now) - s["t"]
+    if age <= STALE_AFTER:
+        return " · ".join(parts)
+    return [html.Strong(f"no sample for {age:.0f} s: the job ended or cannot be reached", className="fv-stale-age"),
+            html.Span(" · last known: " + " · ".join(parts), className="fv-stale")]
 
 
 def _alerts(app_ctx, ooms: list) -> list:
@@ -149,7 +162,10 @@ def _state_figures(app_ctx, aid: int, device: int, seen: float | None):
     seg_map = segment_map_figure(segments, lambda _stack: "")
     seg_map.update_layout(title=dict(text=f"segments at {time.strftime('%H:%M:%S', time.localtime(t))}",
                                      font=dict(size=13)))
-    return seg_map, gap_histogram_figure(gaps, None, max(gaps, default=0)), t
+    histogram = gap_histogram_figure(gaps, None, max(gaps, default=0))
+    # half a 1280 px page: a title that fits it (the snapshot page's long one is cut there)
+    histogram.update_layout(title=dict(text=f"free gaps · largest {fb(max(gaps, default=0))}", font=dict(size=13)))
+    return seg_map, histogram, t
 
 
 def register(app, app_ctx) -> None:
@@ -243,10 +259,10 @@ def _advance(app_ctx, cursor: dict[str, Any]) -> tuple:
             if xs:
                 patch["data"][k]["x"].extend(xs)
                 patch["data"][k]["y"].extend(ys)
-    now_line = no_update
     if new["t"]:
         cursor["sample"] = new["id"][-1]
-        now_line = _figures_line(new)
+        cursor["last"] = _last(new)
+    now_line = _figures_line(cursor.get("last"))  # every tick: the age of the last sample keeps counting
     alerts = _alerts(app_ctx, live.events(aid, kind="oom")) if new_ooms else no_update
     seg_map, histogram, cursor["state"] = _state_figures(app_ctx, aid, device, cursor.get("state"))
     return patch, now_line, alerts, seg_map, histogram
