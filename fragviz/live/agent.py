@@ -159,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.rfile = CappedReader(self.rfile)  # type: ignore[assignment]
-        self._deadline = Deadline(self.connection)
+        self._deadline = Deadline(lambda: self.connection)
 
     def handle_one_request(self) -> None:
         try:

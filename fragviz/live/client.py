@@ -17,11 +17,11 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import threading
 from typing import Any, Callable
 
 from fragviz.errors import AgentError, UsageError
 from fragviz.live import protocol
+from fragviz.live.door import Deadline
 from fragviz.units import format_bytes
 
 STATS_TIMEOUT = 5.0
@@ -53,7 +53,7 @@ class AgentClient:
         """The body of a 200 answer of at most `limit` bytes, whole within `deadline` seconds."""
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         conn = http.client.HTTPConnection(self.host, self.port, timeout=deadline)
-        watchdog = _Watchdog(conn, deadline)
+        watchdog = Deadline(lambda: conn.sock, deadline)
         try:
             conn.request("GET", path, headers=headers)
             resp = conn.getresponse()
@@ -104,29 +104,6 @@ class AgentClient:
 
 class _NoSuchPath(NotAnAgent):
     """404: an agent with nothing at this path (no OOM yet), or a server that is not an agent."""
-
-
-class _Watchdog:
-    """Shuts the connection's socket when the deadline passes: a blocked read then ends at once."""
-
-    def __init__(self, conn: http.client.HTTPConnection, deadline: float) -> None:
-        self.conn = conn
-        self.fired = False
-        self._timer = threading.Timer(deadline, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _fire(self) -> None:
-        self.fired = True
-        sock = self.conn.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cancel(self) -> None:
-        self._timer.cancel()
 
 
 def _check_status(target: str, path: str, status: int) -> None:

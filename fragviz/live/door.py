@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from contextlib import suppress
-from typing import Any
+from typing import Any, Callable
 
 MAX_CONNECTIONS = 16
 HEADER_BYTES = 16 << 10
@@ -97,12 +97,21 @@ class CappedReader:
 
 
 class Deadline:
-    """Shuts the connection when its request has not arrived whole within REQUEST_DEADLINE seconds."""
+    """Shuts a connection's socket when `seconds` pass before `cancel()`: a read blocked on it ends at once
+    (`fired` then says why). `sock_of` gives the socket when the time comes (a client's is made after this)."""
 
-    def __init__(self, sock: socket.socket, seconds: float = REQUEST_DEADLINE) -> None:
-        self._timer = threading.Timer(seconds, shut, (sock,))
+    def __init__(self, sock_of: Callable[[], socket.socket | None], seconds: float = REQUEST_DEADLINE) -> None:
+        self.fired = False
+        self._sock_of = sock_of
+        self._timer = threading.Timer(seconds, self._fire)
         self._timer.daemon = True
         self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = self._sock_of()
+        if sock is not None:
+            shut(sock)
 
     def cancel(self) -> None:
         self._timer.cancel()

@@ -196,21 +196,23 @@ class TargetPoller:
 
     def _follow_ups(self, stats: dict[str, Any]) -> None:
         ooms = {d["device"]: int(d.get("num_ooms") or 0) for d in stats["devices"]}
-        try:
-            if any(n > self._ooms.get(dev, 0) for dev, n in ooms.items()):
-                self._take_oom(stats)
-            self._ooms = ooms
-            now = time.monotonic()
-            if self._next_snapshot is not None and now >= self._next_snapshot:
-                self._next_snapshot = now + (self.snapshot_every or 0)
-                self.take_snapshot(self.store, "snapshot")
-        except NotAnAgent as exc:  # a snapshot past the file size limit
-            self._ooms = ooms
-            self._refused_answer(exc, "snapshot")
+        if any(n > self._ooms.get(dev, 0) for dev, n in ooms.items()):
+            self._snapshot_or_refusal(lambda: self._take_oom(stats))
+        self._ooms = ooms
         now = time.monotonic()
+        if self._next_snapshot is not None and now >= self._next_snapshot:
+            self._next_snapshot = now + (self.snapshot_every or 0)
+            self._snapshot_or_refusal(lambda: self.take_snapshot(self.store, "snapshot"))
         if now >= self._next_state:
             self._next_state = now + self.state_every
             self._record_state()
+
+    def _snapshot_or_refusal(self, fetch: Callable[[], Any]) -> None:
+        """A snapshot fetched, or its answer (one past the file size limit) refused; OSError still means a gap."""
+        try:
+            fetch()
+        except NotAnAgent as exc:
+            self._refused_answer(exc, "snapshot")
 
     def _record_state(self) -> None:
         """The latest segments, written only when they changed (a page redraws its map when they do)."""
