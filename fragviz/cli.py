@@ -18,7 +18,7 @@ from fragviz.units import cut
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Exit status: 0 done, 2 bad input or usage, 75 store busy (try again), 74 store not
     writable, 1 an internal error (a fragviz bug: one line, the traceback with --debug), 130 interrupted."""
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fragviz", description="See and explain CUDA caching-allocator "
                                 "fragmentation in PyTorch memory snapshots.")
     p.add_argument("--version", action="version", version=f"fragviz {__version__}")
