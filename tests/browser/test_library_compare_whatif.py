@@ -1,4 +1,4 @@
-"""The library, compare and what-if pages in a real browser against a real server (issue 10's defects): the
+"""The library, compare and what-if pages in a real browser against a real server: the
 compare page's event boxes and device pickers, in-app jumps that leave no error in the server's log, the
 library's device counts and upload errors, the what-if figure's run colours and the recorded OOM."""
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 from conftest import ROOT, Server
 from helpers import REAL
 
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.snapshot import load_snapshot
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 TWO_DEVICES = os.path.join(REAL, "layoutedit_dump_2dev.pickle")  # devices 0 and 1; device 1 holds the segments
