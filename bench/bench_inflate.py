@@ -23,8 +23,8 @@ import zlib
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import ROOT  # noqa: E402
-from fragviz.errors import SnapshotFormatError  # noqa: E402
-from fragviz.limits import Limits  # noqa: E402
+from fragviz.base.errors import SnapshotFormatError  # noqa: E402
+from fragviz.base.limits import Limits  # noqa: E402
 from fragviz.snapshot.inflate import inflate  # noqa: E402
 
 REAL = os.path.normpath(os.path.join(ROOT, "..", "shared", "real_snapshots"))

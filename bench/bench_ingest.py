@@ -1,7 +1,7 @@
 """Ingest benchmark: two file shapes from two generators, at 2M and 10M events, every ratio measured in one run.
 
 Shapes:
-  synth      fragviz.synth: a random training-like workload, one device, 10-frame stacks drawn at random
+  synth      fragviz.allocator.synth: a random training-like workload, one device, 10-frame stacks drawn at random
              (per-event lists of shared frame dicts)
   realshape  bench/realshape.py: a real training trace's requests and its 37-frame stacks (C++ and Python),
              repeated on two devices, written as PyTorch writes them

@@ -66,7 +66,7 @@ def heavy_ranks(ranks: int) -> set[int]:
 def write_rank(path: str, events: int, seed: int, params: int) -> None:
     import pickle
 
-    from fragviz.synth import synthetic_snapshot
+    from fragviz.allocator.synth import synthetic_snapshot
 
     data = synthetic_snapshot(events, seed=seed, depth=10, params=params, stack_seed=STACK_SEED)
     with open(path + ".tmp", "wb") as fh:
@@ -234,7 +234,7 @@ def phase_times(db: str, files: list[str]) -> dict[str, float]:
 
 
 def print_phase_times(db: str, files: list[str]) -> None:
-    from fragviz.ingest import ingest_file
+    from fragviz.library.ingest import ingest_file
     from fragviz.store.engine import open_store
 
     store = open_store(db)

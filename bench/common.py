@@ -27,7 +27,7 @@ def benchmark_snapshot(events: int, seed: int = 7) -> str:
 
 
 WRITE = ("import pickle, sys\n"
-         "from fragviz.synth import synthetic_snapshot\n"
+         "from fragviz.allocator.synth import synthetic_snapshot\n"
          "path, events, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
          "data = synthetic_snapshot(events, seed=seed, depth=10)\n"
          "with open(path + '.tmp', 'wb') as fh:\n"

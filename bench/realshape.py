@@ -1,6 +1,6 @@
 """The second benchmark shape: a real training trace's requests and call stacks, replayed on several devices.
 
-fragviz.synth (the first shape) draws its workload and its 10-frame stacks at random, on one device. This
+fragviz.allocator.synth (the first shape) draws its workload and its 10-frame stacks at random, on one device. This
 one takes a real snapshot's trace (by default hanmin_train_19k, a training loop recorded with
 context='all': 37 frames per event, C++ and Python) and repeats its sequence of requests, sizes and stacks
 through fragviz's allocator model on `devices` devices, each starting at another point of the sequence.

@@ -13,6 +13,6 @@ def capture(path: str, device_memory: int | None = None, alloc_conf: str | None 
     On CUDA, PyTorch records it (and the file is also written at an OOM); without CUDA the block runs on the
     CPU and fragviz's allocator model serves its tensors as on a CUDA device of `device_memory` bytes.
     """
-    from fragviz.recorder import capture as _capture
+    from fragviz.allocator.recorder import capture as _capture
 
     return _capture(path, device_memory, alloc_conf, **options)

@@ -185,10 +185,10 @@ def atheris_child(args: argparse.Namespace) -> int:
     import atheris
 
     with atheris.instrument_imports(include=["fragviz"]):
-        import fragviz.analysis  # noqa: F401
+        import fragviz.replay.analysis  # noqa: F401
         import fragviz.doctor  # noqa: F401
-        import fragviz.ingest  # noqa: F401
-        import fragviz.report  # noqa: F401
+        import fragviz.library.ingest  # noqa: F401
+        import fragviz.doctor.report  # noqa: F401
     import shutil
     import tempfile
 
@@ -196,7 +196,7 @@ def atheris_child(args: argparse.Namespace) -> int:
     from fuzz.harness import BASELINE_SNAPSHOT, _Checker
     from fuzz.hostile import register_extensions
 
-    from fragviz.ingest import ingest_file
+    from fragviz.library.ingest import ingest_file
     from fragviz.store.engine import open_store
 
     register_extensions()

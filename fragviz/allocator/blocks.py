@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
-from fragviz.metrics import stuck_in_gap
+from fragviz.model.metrics import stuck_in_gap
 
 U64 = (1 << 64) - 1
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fragviz.errors import FragvizError
+from fragviz.base.errors import FragvizError
+from fragviz.base.units import LARGE_BUFFER, MiB
 
-MiB = 1024 * 1024
 ROUNDUP_INTERVALS = 16
-LARGE_BUFFER = 20 * MiB
 
 
 class AllocConfError(FragvizError):

@@ -2,13 +2,8 @@
 from __future__ import annotations
 
 from fragviz.allocator.config import AllocatorSettings
-
-MIN_BLOCK = 512
-SMALL_SIZE = 1024 * 1024  # rounded requests up to this go to the small pool
-SMALL_BUFFER = 2 * 1024 * 1024
-LARGE_BUFFER = 20 * 1024 * 1024
-MIN_LARGE_ALLOC = 10 * 1024 * 1024
-ROUND_LARGE = 2 * 1024 * 1024
+from fragviz.base.units import (LARGE_BUFFER, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER,  # noqa: F401
+                                SMALL_SIZE)
 
 
 def round_size(size: int, settings: AllocatorSettings) -> int:

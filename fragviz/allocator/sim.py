@@ -15,9 +15,9 @@ from typing import Any
 from fragviz.allocator.blocks import Block, BlockPool, ExpandableSegment, stream_key
 from fragviz.allocator.config import AllocatorSettings
 from fragviz.allocator.reservations import ReservationPlan, page_size, reservation_bytes
-from fragviz.allocator.rules import SMALL_SIZE, allocation_size, round_size, should_split
+from fragviz.allocator.rules import ROUND_LARGE, SMALL_SIZE, allocation_size, round_size, should_split
 
-VA_ALIGN = 2 * 1024 * 1024
+VA_ALIGN = ROUND_LARGE  # where PyTorch's driver reservations line up
 UNKNOWN_DEVICE_RESERVATION = 1 << 40  # expandable reservation size when neither trace nor device size tells it
 
 
@@ -475,7 +475,7 @@ class DeviceAllocator:
         return sum(k[1] for pool in (self.large, self.small) for k in pool.keys)
 
     def non_releasable_bytes(self) -> int:
-        """Free bytes of every pool that `release_cached_blocks` could not give back (fragviz.metrics)."""
+        """Free bytes of every pool that `release_cached_blocks` could not give back (fragviz.model.metrics)."""
         return sum(pool.non_releasable for pool in self.all_pools())
 
     def inactive_split_bytes(self) -> int:

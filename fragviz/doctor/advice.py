@@ -12,7 +12,7 @@ from fragviz.doctor.advice_outside import REDUCE, cap_advice, outside_advice, un
 from fragviz.doctor.cause import CAP, EXHAUSTION, FRAGMENTATION, OUTSIDE, UNDETERMINED
 from fragviz.doctor.facts import DEFRAG_MARGIN, OomFacts
 from fragviz.doctor.inforce import InForce
-from fragviz.units import format_bytes as fb
+from fragviz.base.units import format_bytes as fb
 
 EXPANDABLE, SPLIT = "expandable_segments:True", "max_split_size_mb:512"
 LEGACY_ERAS = ("1.0", "1.5", "1.x")  # messages of PyTorch before 2.1, which had no expandable segments

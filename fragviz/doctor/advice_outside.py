@@ -11,8 +11,8 @@ from fragviz.doctor.cause import co_tenant
 from fragviz.doctor.facts import OomFacts
 from fragviz.doctor.inforce import InForce
 from fragviz.doctor.message import FIGURES, close
-from fragviz.units import GiB
-from fragviz.units import format_bytes as fb
+from fragviz.base.units import GiB
+from fragviz.base.units import format_bytes as fb
 
 REDUCE = ("Reduce the batch size or sequence length, use activation checkpointing (torch.utils.checkpoint), "
           "mixed precision (bf16), or shard parameters and optimizer state (FSDP, ZeRO).")

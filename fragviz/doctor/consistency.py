@@ -5,7 +5,7 @@ from __future__ import annotations
 from fragviz.doctor.cause import UNDETERMINED
 from fragviz.doctor.facts import OomFacts
 from fragviz.doctor.message import FIGURES, close
-from fragviz.units import format_bytes as fb
+from fragviz.base.units import format_bytes as fb
 
 
 def figure_warnings(f: OomFacts, verdict: str) -> list[str]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fragviz.base.units import MiB
 from fragviz.doctor.message import ProcessUse, close
 
-MiB = 1024 * 1024
 # What the cached free memory plus the device's free memory must exceed a request by before fragmentation is
 # the verdict. Below it, even a perfectly defragmented cache leaves too little room to count on: the CUDA
 # context grows while a job runs (kernels loaded lazily on first use, library handles and their workspaces,
@@ -37,7 +37,7 @@ class OomFacts:
     this_process: int | None = None  # what NVML says the job's process holds, PyTorch's memory included
     unread: tuple[str, ...] = ()  # figures the message's era prints that could not be read
     # of the snapshot's state read, where one is: free bytes empty_cache() could not give back, and their share of
-    # that state's reserved bytes (fragviz.metrics); a message alone says neither
+    # that state's reserved bytes (fragviz.model.metrics); a message alone says neither
     non_releasable: int | None = None
     fragmentation: float | None = None
 

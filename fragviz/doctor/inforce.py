@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass
 
 from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
-from fragviz.analysis import Analysis
+from fragviz.replay.analysis import Analysis
 from fragviz.doctor.paste import clean_lines
-from fragviz.errors import FragvizError
+from fragviz.base.errors import FragvizError
 
 
 def _loose(phrase: str) -> str:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from fragviz.doctor.paste import clean_lines, compact, find_messages
-from fragviz.units import GiB
+from fragviz.base.units import GiB
 
 __all__ = ["OomMessage", "ProcessUse", "close", "find_messages", "parse_message"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fragviz.analysis import Analysis
-from fragviz.metrics import GENERAL_POOL, PoolFigures, pending_frees, pool_figures, pool_of
+from fragviz.replay.analysis import Analysis
+from fragviz.model.metrics import GENERAL_POOL, PoolFigures, pending_frees, pool_figures, pool_of
 from fragviz.model import Segment
-from fragviz.units import format_bytes as fb
+from fragviz.base.units import format_bytes as fb
 
 
 def pool_notes(segments: list[Segment]) -> list[str]:

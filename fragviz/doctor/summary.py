@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Iterator
+from typing import Any
 
-from fragviz.errors import FragvizError
-from fragviz.units import MiB
+from fragviz.base.errors import FragvizError
+from fragviz.base.units import MiB
 
 MAX_SUMMARY_BYTES = 4 * MiB  # a full table is about 3 KiB; a log around it may be long, but not this long
 MAX_LINE = 4096  # a table line is 77 characters plus a log prefix: longer lines are not table lines
@@ -256,10 +256,3 @@ def _cell(text: str, kind: str, units: set[str]) -> Cell | None:
         unit = _COUNT_UNITS[m.group(2)]
     return Cell(int(m.group(1)) * unit, unit)
 
-
-def iter_metrics(summary: MemorySummary) -> Iterator[tuple[str, Metric]]:
-    """The metrics the table gives, in PyTorch's order."""
-    for key, _, _ in METRICS:
-        m = getattr(summary, key)
-        if m is not None:
-            yield key, m

@@ -7,13 +7,13 @@ same moment, the snapshot's free blocks are added to the table's figures.
 """
 from __future__ import annotations
 
-from fragviz.analysis import Analysis, trace_totals
+from fragviz.replay.analysis import Analysis, trace_totals
 from fragviz.doctor.message import OomMessage, find_messages, parse_message
 from fragviz.doctor.summary import MemorySummary
-from fragviz.metrics import state_figures
+from fragviz.model.metrics import state_figures
 from fragviz.model import OOM
-from fragviz.units import MiB
-from fragviz.units import format_bytes as fb
+from fragviz.base.units import MiB
+from fragviz.base.units import format_bytes as fb
 
 # A message prints two decimals of its unit: up to 0.005 GiB either way, and the message may be a moment later.
 MESSAGE_SLACK = 12 * MiB

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fragviz.analysis import Analysis
+from fragviz.replay.analysis import Analysis
 from fragviz.doctor.facts import DEFRAG_MARGIN
 from fragviz.doctor.inforce import UNKNOWN, in_force_of_snapshot, in_force_of_text
 from fragviz.doctor.summary import MemorySummary
 from fragviz.doctor.summary_checks import first_message, message_conflicts, snapshot_checks
-from fragviz.units import format_bytes as fb
+from fragviz.base.units import format_bytes as fb
 
 # Less memory stranded in split segments than this cannot decide an OOM: the CUDA context, page granularity
 # and rounding eat tens of MiB (the margin the OOM verdicts use).

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 _TITLES = {"exhaustion": "true exhaustion", "fragmentation": "fragmentation",
            "outside_pytorch": "memory outside PyTorch", "capacity_cap": "a capacity cap",

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fragviz.allocator.rules import allocation_size
-from fragviz.analysis import Analysis
+from fragviz.replay.analysis import Analysis
 from fragviz.doctor.message import OomMessage, close
-from fragviz.errors import FragvizError
-from fragviz.metrics import state_figures
+from fragviz.base.errors import FragvizError
+from fragviz.model.metrics import state_figures
 from fragviz.model import OOM
-from fragviz.units import format_bytes as fb
+from fragviz.base.units import format_bytes as fb
 
 __all__ = ["DeviceMismatch", "Together", "close", "read_together"]
 

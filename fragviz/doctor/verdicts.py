@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fragviz.analysis import Analysis
+from fragviz.replay.analysis import Analysis
 from fragviz.doctor.advice import advice
 from fragviz.doctor.cause import verdict_of
 from fragviz.doctor.consistency import figure_notes, figure_warnings
@@ -18,7 +18,7 @@ from fragviz.doctor.message import OomMessage, find_messages, parse_message
 from fragviz.doctor.pools import oom_notes, request_pool_at
 from fragviz.doctor.together import DeviceMismatch, Together, read_together
 from fragviz.doctor.whatifs import cannot_answer, what_if_entries
-from fragviz.metrics import fragmentation, pool_of, state_figures
+from fragviz.model.metrics import fragmentation, pool_of, state_figures
 from fragviz.model import OOM
 
 __all__ = ["DEFRAG_MARGIN", "PUBLIC_KEYS", "OomFacts", "diagnose", "diagnose_message", "diagnose_message_with",

@@ -10,13 +10,12 @@ from dataclasses import replace
 from typing import Any
 
 from fragviz.allocator.config import AllocatorSettings
-from fragviz.analysis import Analysis
+from fragviz.replay.analysis import Analysis
 from fragviz.doctor.advice import EXPANDABLE, SPLIT
 from fragviz.doctor.inforce import InForce
 from fragviz.simulate.whatif import CANNOT_ANSWER, UNKNOWN, DeviceWhatIf, refusal, simulate_device
-from fragviz.units import format_bytes as fb
-
-MiB = 1024 * 1024
+from fragviz.base.units import MiB
+from fragviz.base.units import format_bytes as fb
 NOT_RECORDED = ("the snapshot's trace does not record this OOM, so a simulation of the trace cannot say whether a "
                 "setting would avoid it")
 

@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from fragviz.errors import UsageError
+from fragviz.base.errors import UsageError
 
 # What `fragviz ingest --job DIR` takes from a directory: what the loader reads (it sniffs the content, so
 # these are conventions, not limits): pickles, JSON, each maybe gzip-compressed.

@@ -1,7 +1,7 @@
 """Ingest every rank of a job in parallel worker processes, then record the job's ranks in the store.
 
 Each worker is a process of its own (spawned: no store connection or lock crosses a fork) that opens its own
-store connection and runs `fragviz.ingest.ingest_file`, as `fragviz ingest` does for one file. Parsing and
+store connection and runs `fragviz.library.ingest.ingest_file`, as `fragviz ingest` does for one file. Parsing and
 replaying run in parallel; with SQLite the workers' writes queue on the store's lock (busy_timeout).
 """
 from __future__ import annotations
@@ -15,10 +15,10 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from fragviz.errors import FragvizError, SnapshotFormatError, StoreBusyError, StoreError, UsageError
-from fragviz.ingest import IngestResult
+from fragviz.base.errors import FragvizError, SnapshotFormatError, StoreBusyError, StoreError, UsageError
+from fragviz.library.ingest import IngestResult
 from fragviz.jobs.ranks import RankedFile, job_files, rank_from_name, rank_from_snapshot, refuse_shared_ranks
-from fragviz.progress import ProgressBar
+from fragviz.base.progress import ProgressBar
 
 REPORT_EVERY = 0.2  # seconds between a worker's progress messages
 _WORKER_QUEUE: Any = None  # a worker's end of the progress queue (set by _start_worker), or None
@@ -30,7 +30,7 @@ class RankResult:
     rank: int | None
     file: str
     id: int | None
-    status: str  # a key of fragviz.ingest.EXIT_STATUS
+    status: str  # a key of fragviz.library.ingest.EXIT_STATUS
     error: str | None = None
     detail: str | None = None  # an internal error's traceback (shown with --debug)
 
@@ -126,7 +126,7 @@ def _start_worker(events: Any) -> None:
 
 def _ingest_rank(index: int, db: str, path: str) -> IngestResult:
     """One rank's file, ingested in this worker over its own store connection."""
-    from fragviz.ingest import ingest_file
+    from fragviz.library.ingest import ingest_file
     from fragviz.store.engine import open_store
 
     try:

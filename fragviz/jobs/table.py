@@ -7,7 +7,7 @@ import io
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
-from fragviz.cells import spreadsheet_text
+from fragviz.base.cells import spreadsheet_text
 from fragviz.jobs.stats import imbalance, outliers
 from fragviz.store.records import DeviceSummary, Job, Summary
 
@@ -112,7 +112,7 @@ CSV_COLUMNS = ("rank", "device", "snapshot_id", "name", "peak_reserved_bytes", "
 
 def ranks_csv(figures: JobFigures) -> str:
     """The per-rank table as CSV: one line per (rank, device); a figure not recorded is an empty cell, a name a
-    spreadsheet would read as a formula is quoted (fragviz.cells)."""
+    spreadsheet would read as a formula is quoted (fragviz.base.cells)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)

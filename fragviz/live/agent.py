@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from fragviz.errors import AgentError
+from fragviz.base.errors import AgentError
 from fragviz.live import protocol
 from fragviz.live.door import CappedReader, Deadline, Door, HeadersTooLarge
 from fragviz.live.sources import CudaSource, SimulatedSource, Source, rank_env

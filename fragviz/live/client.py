@@ -19,10 +19,10 @@ import json
 import socket
 from typing import Any, Callable
 
-from fragviz.errors import AgentError, UsageError
+from fragviz.base.errors import AgentError, UsageError
 from fragviz.live import protocol
 from fragviz.live.door import Deadline
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 STATS_TIMEOUT = 5.0
 STATE_TIMEOUT = 10.0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 
-from fragviz.errors import AgentError, NotFoundError
+from fragviz.base.errors import AgentError, NotFoundError
 from fragviz.live.client import AgentClient, NotAnAgent
 from fragviz.live.poller import TargetPoller
 from fragviz.store.engine import open_store

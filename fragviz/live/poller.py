@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
-from fragviz.errors import AgentError, StoreError, UsageError
-from fragviz.ingest import ingest_bytes
-from fragviz.limits import Limits
+from fragviz.base.errors import AgentError, StoreError, UsageError
+from fragviz.library.ingest import ingest_bytes
+from fragviz.base.limits import Limits
 from fragviz.live.client import AgentClient, NotAnAgent
 from fragviz.store.live import LiveRecorder
 from fragviz.store.engine import Store, open_store

@@ -15,8 +15,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from fragviz.errors import UsageError
-from fragviz.units import cut, format_bytes
+from fragviz.base.errors import UsageError
+from fragviz.base.units import cut, format_bytes
 
 
 def script_and_args(command: list[str], verb: str) -> list[str]:
@@ -127,7 +127,7 @@ def _fragviz_root(interpreter: str) -> str | None:
 def boot(spec: dict[str, Any]) -> None:
     """In the job's interpreter, before its script: the agent started, PYTHONPATH and sys.path as the user left
     them (so the job's own child processes, data loader workers among them, start no agent)."""
-    from fragviz.errors import FragvizError
+    from fragviz.base.errors import FragvizError
     from fragviz.live.agent import start_agent
 
     try:

@@ -14,7 +14,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator, Protocol
 
-from fragviz.metrics import expandable_page, fragmentation, free_scatter, stuck_in_gap
+from fragviz.model.metrics import expandable_page, fragmentation, free_scatter, stuck_in_gap
 from fragviz.live.nvml import Nvml
 
 
@@ -115,7 +115,7 @@ class SimulatedSource:
 
     def __init__(self, device_memory: int, alloc_conf: str | None, record_history: bool, max_entries: int,
                  root_file: str | None = None) -> None:
-        from fragviz.recorder import SimulatedDevice
+        from fragviz.allocator.recorder import SimulatedDevice
 
         self._oom: bytes | None = None
         self.oom_count = 0  # OOM snapshots taken so far
@@ -131,7 +131,7 @@ class SimulatedSource:
     def install(self) -> None:
         """Start mirroring the calling thread's tensors (the thread that runs the workload) and its
         torch.cuda.empty_cache() calls."""
-        from fragviz.recorder import empty_cache_mirrored, mirror_mode
+        from fragviz.allocator.recorder import empty_cache_mirrored, mirror_mode
 
         self._mirroring.enter_context(mirror_mode(self.device))
         self._mirroring.enter_context(empty_cache_mirrored(self.device))
@@ -142,7 +142,7 @@ class SimulatedSource:
         self.oom_count += 1
 
     def _provenance(self, oom_message: str | None = None) -> dict[str, Any]:
-        from fragviz.recorder import simulated_provenance
+        from fragviz.allocator.recorder import simulated_provenance
 
         out = simulated_provenance(self.device, "fragviz.live")
         if oom_message:

@@ -7,8 +7,8 @@ from typing import Callable, Mapping
 import numpy as np
 
 from fragviz.allocator.config import AllocatorSettings, settings_from_snapshot
-from fragviz.lod import per_event
-from fragviz.metrics import StateFigures, fragmentation, state_figures
+from fragviz.model.lod import per_event
+from fragviz.model.metrics import StateFigures, fragmentation, state_figures
 from fragviz.model import Segment, Snapshot, Trace
 from fragviz.replay.engine import (CHECKPOINT_EVERY, SERIES, build_layout, final_records, run_forward,
                                    undo_to_start)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fragviz.base.units import LARGE_BUFFER
 from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
                            SEGMENT_UNMAP, BlockState, Segment, Trace)
 from fragviz.replay.layout import (ALLOC_EVENT, PENDING, PRE_TRACE, SIZE, Layout, Mismatch, Seg, Sizer,
@@ -91,7 +92,7 @@ def _undo_map(segs: dict[int, Seg], addr: int, size: int, mismatch: Mismatch, ev
 
 def _undo_unmap(segs: dict[int, Seg], addr: int, size: int, stream: int) -> None:
     lo, hi = addr, addr + size
-    pool = "large" if size % (20 << 20) == 0 else "small"
+    pool = "large" if size % LARGE_BUFFER == 0 else "small"
     for seg in list(segs.values()):
         if seg.expandable and seg.stream == stream and (seg.end == lo or seg.address == hi):
             del segs[seg.address]

@@ -3,7 +3,7 @@
 `Layout` applies trace events forward. It keeps, per segment, the active blocks in address order, so
 the free gaps (the inactive blocks, which the allocator always merges with free neighbours) are the
 spaces between them; a multiset of gap sizes gives the count and the largest gap after every event, and a
-running total the free bytes that releasing the cache could not give back (`fragviz.metrics`).
+running total the free bytes that releasing the cache could not give back (`fragviz.model.metrics`).
 This is the hot loop of ingest (millions of events), so records are plain lists and the methods are flat.
 """
 from __future__ import annotations
@@ -13,13 +13,12 @@ from bisect import bisect_left, bisect_right, insort
 from typing import Callable
 
 from fragviz.allocator.config import AllocatorSettings
-from fragviz.allocator.rules import SMALL_BUFFER, is_small, round_size, should_split
-from fragviz.metrics import expandable_page, stuck_in_gap
+from fragviz.allocator.rules import LARGE_BUFFER, SMALL_BUFFER, is_small, round_size, should_split
+from fragviz.model.metrics import expandable_page, stuck_in_gap
 
 # A block record: [size, requested, pending_free, stack, alloc_event, stream, segment (None: on no segment)]
 SIZE, REQUESTED, PENDING, STACK, ALLOC_EVENT, STREAM, SEGMENT = range(7)
 PRE_TRACE = -1  # allocated before the trace window: alloc event unknown
-LARGE_PAGE = 20 * 1024 * 1024
 
 
 class Seg:
@@ -53,7 +52,7 @@ class Seg:
         return stuck_in_gap(lo, hi, self.address, expandable_page(self.pool)) if hi > lo else 0
 
     def non_releasable(self) -> int:
-        """Free bytes of this segment that `torch.cuda.empty_cache()` could not give back (fragviz.metrics)."""
+        """Free bytes of this segment that `torch.cuda.empty_cache()` could not give back (fragviz.model.metrics)."""
         if self.expandable:
             out, cursor = 0, self.address
             for s, e in zip(self.starts, self.ends):
@@ -268,7 +267,7 @@ class Layout:
             return
         left = left if left and left.expandable and left.stream == stream and left.end == addr else None
         right = right if right and right.expandable and right.stream == stream else None
-        pool = (left or right).pool if (left or right) else ("large" if size % LARGE_PAGE == 0 else "small")
+        pool = (left or right).pool if (left or right) else ("large" if size % LARGE_BUFFER == 0 else "small")
         merged = Seg(addr, size, stream, pool, None, True)
         for part in (left, right):
             if part is not None:

@@ -16,7 +16,7 @@ from fragviz.allocator.reservations import ReservationPlan, page_size, segment_i
 from fragviz.allocator.rules import allocation_size, round_size, should_split
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import allocator_segments, load_segments
-from fragviz.analysis import Analysis
+from fragviz.replay.analysis import Analysis
 from fragviz.allocator.groups import NEW_MEMORY, RELEASES, malloc_groups
 from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
                            SEGMENT_UNMAP, Segment, Trace)

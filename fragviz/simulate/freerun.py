@@ -16,7 +16,7 @@ from fragviz.allocator.groups import NEW_MEMORY, RELEASES, malloc_groups
 from fragviz.allocator.reservations import ReservationPlan
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import load_segments
-from fragviz.metrics import fragmentation
+from fragviz.model.metrics import fragmentation
 from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, Segment, Trace)
 from fragviz.simulate.series import RunSeries
 

@@ -1,6 +1,6 @@
 """The figures a what-if draws, recorded while a free-run runs: reserved bytes and fragmentation (non-releasable
-/ reserved bytes, fragviz.metrics) after each workload event, kept as min and max per bucket of events (as
-`fragviz.lod` does for recorded runs), so a run of millions of events yields a few thousand points and no peak
+/ reserved bytes, fragviz.model.metrics) after each workload event, kept as min and max per bucket of events (as
+`fragviz.model.lod` does for recorded runs), so a run of millions of events yields a few thousand points and no peak
 disappears.
 
 State K follows event K - 1, as in the recorded timeline: state 0 is the start of the trace.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fragviz.allocator.sim import DeviceAllocator
-from fragviz.metrics import fragmentation
+from fragviz.model.metrics import fragmentation
 
 FIGURES = ("reserved", "fragmentation")
 

@@ -5,10 +5,10 @@ from typing import Any
 
 import numpy as np
 
-from fragviz.analysis import Analysis
+from fragviz.replay.analysis import Analysis
 from fragviz.model import ALLOC
 from fragviz.simulate.whatif import CANNOT_ANSWER, UNKNOWN
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 _MEMORY_SOURCES = {"given": "as given", "the first recorded OOM": "reserved + device free at the first recorded OOM"}
 

@@ -14,12 +14,12 @@ from typing import Any, Callable
 
 from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
 from fragviz.allocator.state import snapshot_dict
-from fragviz.analysis import Analysis, trace_totals
-from fragviz.errors import FragvizError
-from fragviz.metrics import state_figures
+from fragviz.replay.analysis import Analysis, trace_totals
+from fragviz.base.errors import FragvizError
+from fragviz.model.metrics import state_figures
 from fragviz.model import ALLOC, OOM
 from fragviz.simulate.freerun import FreeRunResult, free_run
-from fragviz.units import format_bytes as fb
+from fragviz.base.units import format_bytes as fb
 
 SIMULATED, CANNOT_ANSWER = "simulated", "cannot_answer"
 # Outcomes of a simulated what-if; only the first three are claims about OOMs.

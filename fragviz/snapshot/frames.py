@@ -5,7 +5,7 @@ import re
 from operator import itemgetter
 from typing import Any
 
-from fragviz.limits import Limits
+from fragviz.base.limits import Limits
 from fragviz.model import NO_STACK, Frame
 from fragviz.snapshot.values import INT64_MIN, INT64_MAX, Values, describe
 

@@ -15,10 +15,10 @@ import io
 import zlib
 from typing import BinaryIO, Callable
 
-from fragviz.errors import SnapshotFormatError
-from fragviz.limits import Limits
+from fragviz.base.errors import SnapshotFormatError
+from fragviz.base.limits import Limits
 from fragviz.snapshot.sniff import GZIP_MAGIC, check_inflated_head
-from fragviz.units import cut
+from fragviz.base.units import cut
 
 # Output a gzip stream may produce before its ratio is judged (a deflate block's worth of a legitimate file)
 RATIO_SLACK = 1 << 20

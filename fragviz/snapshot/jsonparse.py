@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fragviz.errors import SnapshotFormatError
+from fragviz.base.errors import SnapshotFormatError
 from fragviz.snapshot.memory import Room, address_space_cap
-from fragviz.units import cut, format_bytes
+from fragviz.base.units import cut, format_bytes
 
 # Bytes of memory per list or object (its header, its table or items, the pointer that holds it) and per
 # other value (a pointer and a number, or a short string), above CPython 3.11's on 64 bits. The text is held

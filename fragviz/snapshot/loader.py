@@ -17,15 +17,15 @@ import os
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from fragviz.errors import SnapshotFormatError
-from fragviz.limits import Limits
+from fragviz.base.errors import SnapshotFormatError
+from fragviz.base.limits import Limits
 from fragviz.snapshot.inflate import Watch, head_of, inflate
 from fragviz.snapshot.jsonparse import check_json_size, json_estimate, parse_json
 from fragviz.snapshot.memory import Room, address_space_cap, memory_available
 from fragviz.snapshot.sniff import GZIP_MAGIC, describe, payload_kind
 from fragviz.snapshot.source import check_size, is_regular, opened, pipe_digest, seekable
 from fragviz.snapshot.unpickle import SAMPLE_SIZE, SURE_FACTOR, estimated_memory, sample_factor, unpickle_file
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 __all__ = ["RawSnapshot", "read_raw", "file_digest", "decode_file", "decode_bytes", "content_hash",
            "estimated_memory", "memory_available"]

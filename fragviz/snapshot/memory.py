@@ -21,7 +21,7 @@ try:
 except ImportError:  # not on Windows: no cap there
     resource = None  # type: ignore[assignment]
 
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 # While a payload is decoded, the process's address space may grow by this much plus this many times the
 # payload's size (what a real one needs several times over: a pickle takes 3-13x, a JSON 4-6x), and never by

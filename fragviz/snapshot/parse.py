@@ -14,18 +14,18 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fragviz.errors import SnapshotFormatError
-from fragviz.limits import Limits
+from fragviz.base.errors import SnapshotFormatError
+from fragviz.base.limits import Limits
+from fragviz.base.units import SMALL_BUFFER
 from fragviz.model import (ACTIONS, NO_STACK, NO_STRING, NO_TIME, PROVENANCE_KEY, Block, BlockState, FormatInfo,
                            Segment, Snapshot, Trace)
 from fragviz.snapshot.frames import StackInterner
 from fragviz.snapshot.loader import RawSnapshot
 from fragviz.snapshot.values import INT64_MAX, INT64_MIN, Values, describe
-from fragviz.units import bytes_text, cut
+from fragviz.base.units import bytes_text, cut
 
 _STATES = {s.value: s for s in BlockState}
 _STATES["active_awaiting_free"] = BlockState.ACTIVE_PENDING_FREE  # the name in _snapshot's docstring
-SMALL_SEGMENT = 2 * 1024 * 1024
 MAX_DEVICES = 128  # c10::DeviceIndex is an int8_t
 MAX_UNKNOWN_ACTIONS = 64
 # A trace event, segment or block is a dict of at least three fields: even with every key memoized it takes
@@ -78,7 +78,7 @@ class _Context:
 
 
 # Told, once every trace's actions and sizes are read and before the rest: the final segments, and per device
-# its action codes and sizes (fragviz.preview draws the first picture from them).
+# its action codes and sizes (fragviz.replay.preview draws the first picture from them).
 EarlyTotals = Callable[[tuple[Segment, ...], dict[int, tuple[np.ndarray, np.ndarray]]], None]
 
 
@@ -235,7 +235,7 @@ def _parse_segment(d: Any, index: int, ctx: _Context) -> Segment:
         ctx.warn(f"{where} at {address:#x}: its blocks cover {covered} bytes of its total_size {total}")
     pool = d.get("segment_type")
     if pool not in ("small", "large"):
-        pool = "small" if total == SMALL_SEGMENT else "large"
+        pool = "small" if total == SMALL_BUFFER else "large"
     if "is_expandable" in d:
         ctx.features.add("is_expandable")
     frames = d.get("frames")
@@ -327,7 +327,7 @@ class _TraceColumns:
 
 class _TraceReader:
     """One device's trace read in two passes: actions and sizes first (all a first picture needs: see
-    fragviz.preview), then every other field, chunk by chunk, dropping each chunk's entries with `consume`."""
+    fragviz.replay.preview), then every other field, chunk by chunk, dropping each chunk's entries with `consume`."""
 
     def __init__(self, device: int, entries: list, ctx: _Context) -> None:
         self.device, self.entries, self.ctx = device, entries, ctx

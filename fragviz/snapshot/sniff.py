@@ -1,8 +1,8 @@
 """What a file holds, told from its first bytes: gzip, a pickle, JSON, or something to name in a refusal."""
 from __future__ import annotations
 
-from fragviz.errors import SnapshotFormatError
-from fragviz.units import bytes_text
+from fragviz.base.errors import SnapshotFormatError
+from fragviz.base.units import bytes_text
 
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"  # JSON written by some Windows tools starts with it; Python's parser skips it

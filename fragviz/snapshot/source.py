@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator
 
-from fragviz.errors import SnapshotFormatError
-from fragviz.limits import Limits
+from fragviz.base.errors import SnapshotFormatError
+from fragviz.base.limits import Limits
 
 CHUNK = 1 << 20
 

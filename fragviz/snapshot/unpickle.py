@@ -12,9 +12,9 @@ import pickle
 import tracemalloc
 from typing import Any, BinaryIO
 
-from fragviz.errors import SnapshotFormatError
+from fragviz.base.errors import SnapshotFormatError
 from fragviz.snapshot.memory import Room, address_space_cap
-from fragviz.units import cut, format_bytes
+from fragviz.base.units import cut, format_bytes
 
 # After the C unpickler runs out of memory, a pickle up to this size is read again by Python's own, which
 # allocates a counted value only as the file holds it (hostile files are small); a larger one needs the memory.

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fragviz.errors import SnapshotFormatError
-from fragviz.limits import Limits
-from fragviz.units import cut
+from fragviz.base.errors import SnapshotFormatError
+from fragviz.base.limits import Limits
+from fragviz.base.units import cut
 
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)

@@ -15,10 +15,10 @@ from sqlalchemy import Connection, LargeBinary, Table, create_engine, event, ins
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from fragviz.errors import StoreBusyError, StoreError
-from fragviz.settings import redact_url, setting
+from fragviz.base.errors import StoreBusyError, StoreError
+from fragviz.base.settings import redact_url, setting
 from fragviz.store import schema
-from fragviz.units import cut
+from fragviz.base.units import cut
 
 SERVER_SCHEMES = ("postgresql", "postgres")  # what SQLAlchemy calls the backend of postgresql[+driver]://
 MIGRATION_LOCK = 0x66726167  # the PostgreSQL advisory lock a migrating process holds ("frag")

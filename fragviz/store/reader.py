@@ -1,7 +1,7 @@
 """The store's reads: records in, records out (frozen dataclasses, model objects and decoded columns).
 
 A leaf: it fetches what was stored and never replays, analyses or reports. Rebuilding a past state from the
-checkpoints and chunks read here is the replay's (fragviz.replay.stored, through the StoredTrace protocol this
+checkpoints and chunks read here is the replay's (fragviz.library.stored, through the StoredTrace protocol this
 class implements); the figures the dashboard draws are the library's (fragviz.library).
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from fragviz.columns import decode_columns
-from fragviz.errors import NotFoundError
+from fragviz.model.columns import decode_columns
+from fragviz.base.errors import NotFoundError
 from fragviz.model import Block, BlockState, Frame, FormatInfo, Segment
 from fragviz.store.engine import Store, open_store
 from fragviz.store.live import LiveReader
@@ -212,7 +212,7 @@ class StoreReader:
         return decode_columns(row[0]) if row else None
 
     def stale_snapshots(self) -> list[int]:
-        """Snapshots whose figures were stored before schema version 5 (fragviz.upgrade brings them up to date)."""
+        """Snapshots whose figures were stored before schema version 5 (fragviz.library.upgrade brings them up to date)."""
         return [r[0] for r in self._rows("SELECT snapshot_id FROM stale_figures ORDER BY snapshot_id")]
 
     def checkpoint_events(self, sid: int, device: int) -> set[int]:

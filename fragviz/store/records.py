@@ -12,14 +12,14 @@ from typing import Any, Callable, Iterable
 
 from fragviz.model import Frame, Segment
 
-SUMMARY_VERSION = 2  # 2: fragmentation is non-releasable / reserved (fragviz.metrics); 1 and 0 meant free scatter
+SUMMARY_VERSION = 2  # 2: fragmentation is non-releasable / reserved (fragviz.model.metrics); 1 and 0 meant free scatter
 
 
 @dataclass(frozen=True)
 class DeviceSummary:
     """One device of an ingested snapshot: its final state, its peaks over the trace, and its OOMs.
 
-    `fragmentation` is non-releasable / reserved bytes (fragviz.metrics) and `free_scatter` the secondary
+    `fragmentation` is non-releasable / reserved bytes (fragviz.model.metrics) and `free_scatter` the secondary
     1 - largest free block / free bytes. `peak_state` is the state (events applied) of the first peak of
     reserved bytes in the trace window, with the non-releasable bytes and fragmentation there (None where the
     trace has no states to look at, or the summary was stored before they were kept). `verdicts` are the
@@ -126,8 +126,8 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class DeviceRecord:
-    """What the store keeps of one device of a snapshot. The blobs are columnar (fragviz.columns), made by the
-    replay (fragviz.replay.stored), and may come lazily: each iterable is read once, as it is written."""
+    """What the store keeps of one device of a snapshot. The blobs are columnar (fragviz.model.columns), made by the
+    replay (fragviz.library.stored), and may come lazily: each iterable is read once, as it is written."""
     info: DeviceInfo  # the devices row
     segments: tuple[Segment, ...]  # the final state as recorded
     trace_chunks: Iterable[bytes]  # CHUNK_EVENTS events each

@@ -10,7 +10,7 @@ Version 1 tables:
   snapshot_stacks                   a snapshot's own stack numbering -> stacks.id
   devices                           per snapshot and device: trace length, action names, replay facts
   segments, blocks                  the final state as recorded in the file
-  trace_chunks                      the trace in chunks of equal size (fragviz.replay.stored.CHUNK_EVENTS), columnar blobs (fragviz.columns)
+  trace_chunks                      the trace in chunks of equal size (fragviz.library.stored.CHUNK_EVENTS), columnar blobs (fragviz.model.columns)
   series_chunks                     per-event figures after each event, same chunking (n + 1 states)
   series_lod                        the same summarised as min/max per bucket of 16, 64, 256... events
   checkpoints                       the replayed state after every CHUNK_EVENTS events, columnar blobs
@@ -32,10 +32,10 @@ Version 4 adds jobs of many ranks, and the summary becomes the store's own versi
   jobs                              one row per job (its name is unique)
   job_ranks                         (job, rank) -> snapshot
   summaries stored before version 4 are report objects, read as Summary version 0 (fragviz.store.records)
-Version 5 changes what fragmentation means (non-releasable / reserved bytes, fragviz.metrics) and adds the
+Version 5 changes what fragmentation means (non-releasable / reserved bytes, fragviz.model.metrics) and adds the
 non-releasable bytes to the series:
   stale_figures                     snapshots whose series, level-of-detail tables and summary were stored before
-                                    that: every snapshot of an older store. fragviz.upgrade recomputes them from the
+                                    that: every snapshot of an older store. fragviz.library.upgrade recomputes them from the
                                     stored trace and checkpoints and removes the row, one snapshot at a time
   live_samples.non_releasable       (the agent's non_releasable_bytes; older samples take their inactive_split)
 

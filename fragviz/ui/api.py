@@ -3,7 +3,7 @@
 Uploads (POST /api/snapshots) are received by fragviz.ui.uploads into the server's spool, then ingested by a
 child process (fragviz.ui.ingest_child) that ends when the client goes away or the server stops. An upload
 that names itself (X-Upload-Id) can be followed while it is ingested: GET /api/uploads/<id> gives its phase,
-the events replayed and, as soon as the trace is parsed, the first picture (fragviz.preview).
+the events replayed and, as soon as the trace is parsed, the first picture (fragviz.replay.preview).
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any, Callable
 
 from flask import Blueprint, Flask, jsonify, request
 
-from fragviz.errors import FragvizError, NotFoundError, StoreBusyError, UsageError
-from fragviz.ingest import IngestResult, ingest_file
+from fragviz.base.errors import FragvizError, NotFoundError, StoreBusyError, UsageError
+from fragviz.library.ingest import IngestResult, ingest_file
 from fragviz.jobs.table import job_figures_of, ranks_csv
-from fragviz.report import report_dict
+from fragviz.doctor.report import report_dict
 from fragviz.library import Library
 from fragviz.store.engine import Store
 from fragviz.ui.export_api import add_export_routes

@@ -1,6 +1,6 @@
 """What the compare page's aligned timelines draw, read through the store's reader: each side's timeline (at the
 level of detail the reader serves), its alignment on the shared axis, and the states at a position on it.
-No Dash here; the maths is fragviz.align's."""
+No Dash here; the maths is fragviz.replay.align's."""
 from __future__ import annotations
 
 import weakref
@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from fragviz.align import Alignment, by_event, by_markers, by_time, step_markers
-from fragviz.errors import FragvizError
+from fragviz.replay.align import Alignment, by_event, by_markers, by_time, step_markers
+from fragviz.base.errors import FragvizError
 from fragviz.ui.data import Views
 
 MARKER_LIMIT = 10**9  # every `snapshot` action: a thinned list would number the steps wrongly

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from fragviz.align import AXIS_TITLES
+from fragviz.replay.align import AXIS_TITLES
 from fragviz.ui.figures import unit_for
 
 SIDE_COLORS = {"A": "#0072B2", "B": "#D55E00"}  # Okabe-Ito blue and vermillion: one colour per side

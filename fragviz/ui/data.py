@@ -6,7 +6,7 @@ from functools import lru_cache
 from typing import Any
 
 from fragviz.doctor import diagnose
-from fragviz.metrics import StateFigures
+from fragviz.model.metrics import StateFigures
 from fragviz.model import BlockState, Frame, Segment
 from fragviz.library import Library
 from fragviz.ui.usage_data import UsageViews

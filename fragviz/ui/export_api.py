@@ -1,4 +1,4 @@
-"""The export routes of the HTTP API: a stored snapshot's or job's data (fragviz.export) as a Parquet or CSV
+"""The export routes of the HTTP API: a stored snapshot's or job's data (fragviz.library.export) as a Parquet or CSV
 attachment. GET /api/snapshots/<id>/export and /api/jobs/<id>/export take what=series|allocations|segments
 (default series), format=parquet|csv (default parquet), device=D and, for segments, at=EVENT. Refusals are the
 API's JSON errors (a bad parameter 400, an unknown id 404), from the blueprint's error handler."""
@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from flask import Blueprint, Response, request, send_file
 
-from fragviz.errors import UsageError
-from fragviz.export import (FORMATS, MEDIA_TYPES, ExportRequest, job_file_name, job_frame, snapshot_file_name,
+from fragviz.base.errors import UsageError
+from fragviz.library.export import (FORMATS, MEDIA_TYPES, ExportRequest, job_file_name, job_frame, snapshot_file_name,
                             snapshot_frame, write_frame)
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from fragviz.metrics import GENERAL_POOL, pool_key
+from fragviz.model.metrics import GENERAL_POOL, pool_key
 from fragviz.model import BlockState, Frame, Segment
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 if TYPE_CHECKING:
     from fragviz.library import AnnotationSpan

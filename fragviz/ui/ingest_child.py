@@ -24,7 +24,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator
 
-from fragviz.errors import FragvizError
+from fragviz.base.errors import FragvizError
 
 POLL = 0.2  # seconds between looks at the client while the child works
 KILL_AFTER = 5.0  # seconds a child is given to end on SIGTERM before SIGKILL

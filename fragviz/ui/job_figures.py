@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 
 from fragviz.jobs.table import JobFigures, RankRow
 from fragviz.ui.figures import COLORS, unit_for
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 
 def ranks_figure(figures: JobFigures) -> go.Figure:

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from fragviz.errors import FragvizError
+from fragviz.base.errors import FragvizError
 
 MAX_RUNNING = 2
 KEEP_SECONDS = 600.0

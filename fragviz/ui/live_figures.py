@@ -12,9 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from fragviz.ui.figures import COLORS
-from fragviz.units import format_bytes
-
-MiB = 2**20
+from fragviz.base.units import MiB, format_bytes
 # (name in the legend, sample column, axis)
 LIVE_TRACES = (
     ("allocated", "allocated", "y"),

@@ -27,14 +27,14 @@ from flask import Request
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.sansio.multipart import Data, Epilogue, Field, File, MultipartDecoder, NeedData
 
-from fragviz.errors import FragvizError, NotFoundError
-from fragviz.ingest import clean_name
-from fragviz.progress import read_progress
-from fragviz.settings import setting
+from fragviz.base.errors import FragvizError, NotFoundError
+from fragviz.library.ingest import clean_name
+from fragviz.base.progress import read_progress
+from fragviz.base.settings import setting
 from fragviz.ui.ingest_child import stop_all
 from fragviz.ui.pace import PACE_KEY, TooSlow
 from fragviz.ui.spool import Spool
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 CHUNK = 1024 * 1024
 RETRY_AFTER = "5"  # seconds: a slot or the store's lock is usually free again by then

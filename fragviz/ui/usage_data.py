@@ -8,7 +8,7 @@ from functools import lru_cache
 import numpy as np
 
 from fragviz.library import Library
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 from fragviz.usage.bands import Bands, Grid, bands_of, by_group, columns_of, grid_of
 from fragviz.usage.kinds import KIND_LABELS, KINDS
 from fragviz.usage.lifetimes import Lifetimes

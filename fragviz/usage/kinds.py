@@ -23,9 +23,9 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from fragviz.errors import UsageError
+from fragviz.base.errors import UsageError
 from fragviz.model import Block, Frame, Segment
-from fragviz.settings import config_path, config_table
+from fragviz.base.settings import config_path, config_table
 
 RULE_KINDS = ("parameters", "gradients", "optimizer_state", "activations", "kv_cache")  # what rules may assign
 INFERRED_PARAMETERS = "parameters_inferred"  # no stack, but the rule of stackless.py holds: shown as inferred

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, Server
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.snapshot import load_snapshot
 from step_traces import step_starts, with_snapshot_actions, with_step_annotations
 

@@ -20,7 +20,7 @@ import pytest
 from conftest import Server
 from helpers import REAL, write_pickle
 
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 TWO_DEVICES = os.path.join(REAL, "layoutedit_dump_2dev.pickle")  # device 0: no segment; device 1: 10.5 GiB

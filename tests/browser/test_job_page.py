@@ -14,7 +14,7 @@ from helpers import REAL
 
 from fragviz.jobs.table import job_figures_of
 from fragviz.store.reader import StoreReader
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 RANKS = {"rank0.pickle": os.path.join(ROOT, "sample_snapshots", "gpt_train.pickle.gz"),

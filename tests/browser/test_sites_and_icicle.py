@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import Server
-from fragviz.analysis import analyze
-from fragviz.ingest import ingest_file
+from fragviz.replay.analysis import analyze
+from fragviz.library.ingest import ingest_file
 from fragviz.model import BlockState
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.frames import is_user_frame
@@ -142,7 +142,7 @@ def test_the_peak_card_names_its_peak_and_jumps_to_it(page, site, name):
 
 
 def fmt_bytes(n: int) -> str:
-    from fragviz.units import format_bytes
+    from fragviz.base.units import format_bytes
     return format_bytes(n)
 
 

@@ -16,10 +16,10 @@ import uuid
 import pytest
 
 from conftest import Server
-from fragviz.analysis import analyze
-from fragviz.preview import POINTS
+from fragviz.replay.analysis import analyze
+from fragviz.replay.preview import POINTS
 from fragviz.snapshot import load_snapshot
-from fragviz.synth import synthetic_snapshot
+from fragviz.allocator.synth import synthetic_snapshot
 from test_dashboard import upload
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT, Server
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.snapshot import load_snapshot
 from fragviz.ui.ids import KIND_NOTES
 from fragviz.usage.stackless import BEFORE_RECORDING, INFERRED_TEXT, REASON_TEXT

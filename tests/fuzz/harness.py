@@ -163,7 +163,7 @@ class _Checker:
         return status
 
     def ingest(self, data: bytes, name: str) -> str:
-        from fragviz.ingest import IngestResult, ingest_bytes
+        from fragviz.library.ingest import IngestResult, ingest_bytes
 
         self.ingest_error = ""
         conn = self.fresh_store()
@@ -198,8 +198,8 @@ class _Checker:
 
     def trace_ingest_bug(self, data: bytes, name: str) -> None:
         """Ingest swallows the exception behind "a fragviz bug": run its steps again to see where it arose."""
-        from fragviz.analysis import analyze
-        from fragviz.errors import FragvizError
+        from fragviz.replay.analysis import analyze
+        from fragviz.base.errors import FragvizError
         from fragviz.snapshot.loader import content_hash, decode_bytes
         from fragviz.snapshot.parse import parse_snapshot
         from fragviz.store.writer import write_analysis
@@ -218,10 +218,10 @@ class _Checker:
             conn.close()
 
     def load_path(self, data: bytes, name: str) -> bool | None:
-        from fragviz.analysis import analyze
+        from fragviz.replay.analysis import analyze
         from fragviz.doctor import PUBLIC_KEYS, diagnose
-        from fragviz.errors import FragvizError
-        from fragviz.report import report_dict, report_text
+        from fragviz.base.errors import FragvizError
+        from fragviz.doctor.report import report_dict, report_text
         from fragviz.snapshot import load_snapshot_bytes
 
         self.load_error = ""
@@ -295,10 +295,10 @@ def worker_main() -> None:
     from fuzz import canary  # noqa: F401 - the canary classes an unrestricted unpickler could find
     from fuzz.hostile import register_extensions
 
-    import fragviz.analysis  # noqa: F401 - imported before the first input, not timed with it
+    import fragviz.replay.analysis  # noqa: F401 - imported before the first input, not timed with it
     import fragviz.doctor  # noqa: F401
-    import fragviz.ingest  # noqa: F401
-    import fragviz.report  # noqa: F401
+    import fragviz.library.ingest  # noqa: F401
+    import fragviz.doctor.report  # noqa: F401
 
     register_extensions()
     canary_dir = canary.canary_dir()
@@ -458,7 +458,7 @@ class Pool:
         self.lock = threading.Lock()
 
     def _baseline(self, real_dir: str) -> str:
-        from fragviz.ingest import ingest_file
+        from fragviz.library.ingest import ingest_file
         from fragviz.store.engine import open_store
 
         path = os.path.join(self.tmp, "baseline.sqlite")

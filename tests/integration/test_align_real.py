@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from fragviz.align import AlignmentRefused
-from fragviz.analysis import analyze
+from fragviz.replay.align import AlignmentRefused
+from fragviz.replay.analysis import analyze
 from fragviz.library import Library
 from fragviz.snapshot import load_snapshot
 from fragviz.ui.compare_data import CompareViews

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from annotated_trace import SPANS_BY_EVENT, T0, annotated_snapshot
-from fragviz.ingest import ingest_file
+from fragviz.library.ingest import ingest_file
 from fragviz.snapshot import read_raw
 from fragviz.library import Library, pair_annotations
 from fragviz.store.engine import open_store

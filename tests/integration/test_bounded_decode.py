@@ -23,8 +23,8 @@ import pytest
 
 import fragviz.snapshot.inflate as inflate_module
 import fragviz.snapshot.memory as memory
-from fragviz.errors import SnapshotFormatError
-from fragviz.limits import Limits
+from fragviz.base.errors import SnapshotFormatError
+from fragviz.base.limits import Limits
 from fragviz.snapshot.inflate import inflate
 from fragviz.snapshot.jsonparse import json_estimate
 from fragviz.snapshot.loader import decode_bytes, decode_file
@@ -207,7 +207,7 @@ def memo_then_lists(path, lists: int = 1_500_000) -> str:
 @pytest.mark.parametrize("command", ["report", "doctor", "simulate"])
 def test_a_memo_bomb_that_exhausts_both_unpicklers_is_one_line(tmp_path, command):
     path = memo_then_lists(tmp_path / "memo.pickle")
-    base = subprocess.run([sys.executable, "-c", "import fragviz.cli, fragviz.ingest, fragviz.report, os; "
+    base = subprocess.run([sys.executable, "-c", "import fragviz.cli, fragviz.library.ingest, fragviz.doctor.report, os; "
                            "print(int(open('/proc/self/statm').read().split()[0]) * os.sysconf('SC_PAGE_SIZE'))"],
                           capture_output=True, text=True, check=True)
     out = run(command, path, limit=int(base.stdout) + (80 << 20))

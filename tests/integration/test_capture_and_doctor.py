@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.doctor import PUBLIC_KEYS, diagnose
-from fragviz.report import report_dict
+from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")

@@ -39,12 +39,12 @@ from typing import Any
 
 import pytest
 
-import fragviz.ingest
-from fragviz import errors
-from fragviz.ingest import ingest_file
+import fragviz.library.ingest
+from fragviz.base import errors
+from fragviz.library.ingest import ingest_file
 from fragviz.library import Library
 from fragviz.store.engine import open_store
-from fragviz.replay.stored import CHUNK_EVENTS
+from fragviz.library.stored import CHUNK_EVENTS
 from helpers import REAL
 
 FRAGVIZ = [sys.executable, "-m", "fragviz"]
@@ -445,7 +445,7 @@ def fill(path: str, leave: int) -> str:
 # the exit statuses fragviz documents: its errors' own, and an ingest's outcomes where it names them
 DOCUMENTED_EXIT = ({cls.exit_code for cls in vars(errors).values()
                     if isinstance(cls, type) and issubclass(cls, errors.FragvizError)}
-                   | set(getattr(fragviz.ingest, "EXIT_STATUS", {}).values()))
+                   | set(getattr(fragviz.library.ingest, "EXIT_STATUS", {}).values()))
 
 
 @pytest.fixture(scope="module")

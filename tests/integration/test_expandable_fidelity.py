@@ -16,7 +16,7 @@ import pytest
 
 from expandable_traces import A100_40GB_TOTAL, H100_TOTAL, MiB, expandable_snapshot, ring_buffer
 from fragviz.allocator.reservations import ReservationPlan, reservation_bytes
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.simulate import follow, recorded_capacity, run_free
 from fragviz.snapshot import load_snapshot_bytes
 from helpers import block, segment

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fragviz.analysis import analyze
-from fragviz.report import report_dict
+from fragviz.replay.analysis import analyze
+from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot
 from fragviz.usage.kinds import KINDS
 from helpers import REAL
@@ -273,7 +273,7 @@ def test_csv_cells_a_spreadsheet_would_run_are_quoted_and_parquet_keeps_them(tmp
     """OWASP's rule: a text cell beginning with = + - @ (or a tab or CR before one) gets a leading '."""
     import csv
 
-    from fragviz.cells import FORMULA_STARTS
+    from fragviz.base.cells import FORMULA_STARTS
 
     db = str(tmp_path / "s.sqlite")
     assert run("ingest", "--db", db, "--name", "=cmd|' /C calc'!A0", "--no-progress",

@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from fragviz.analysis import analyze
-from fragviz.metrics import state_figures
-from fragviz.report import report_dict
+from fragviz.replay.analysis import analyze
+from fragviz.model.metrics import state_figures
+from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.loader import read_raw
 from helpers import REAL

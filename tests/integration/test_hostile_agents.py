@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import pytest
 
-from fragviz.errors import AgentError
+from fragviz.base.errors import AgentError
 from fragviz.live import client as client_module
 from fragviz.live import protocol
 from fragviz.live.client import AgentClient

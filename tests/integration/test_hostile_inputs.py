@@ -358,12 +358,12 @@ def test_a_busy_store_is_busy_not_a_bad_file(tmp_path):
 
 def test_an_internal_error_is_exit_1_with_one_line_and_the_traceback_behind_debug(tmp_path, monkeypatch, capsys):
     from fragviz import cli
-    import fragviz.report
+    import fragviz.doctor.report
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(fragviz.report, "report_text", broken)
+    monkeypatch.setattr(fragviz.doctor.report, "report_text", broken)
     path = os.path.join(REAL, "diffusion_tiny.pickle")
     assert cli.main(["report", path]) == 1
     err = capsys.readouterr().err

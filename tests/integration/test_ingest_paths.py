@@ -13,10 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.library import Library
 from fragviz.snapshot import load_snapshot
-from fragviz.synth import synthetic_snapshot
+from fragviz.allocator.synth import synthetic_snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
@@ -76,7 +76,7 @@ def test_a_file_too_large_for_the_process_memory_is_refused_up_front_with_the_fi
     with open(path, "wb") as fh:
         pickle.dump(synthetic_snapshot(300000, seed=4), fh, protocol=4)  # about 30 MiB, 150 MiB decoded
     db = str(tmp_path / "store.sqlite")
-    base = subprocess.run([sys.executable, "-c", "import fragviz.cli, fragviz.ingest, resource, os; "
+    base = subprocess.run([sys.executable, "-c", "import fragviz.cli, fragviz.library.ingest, resource, os; "
                            "print(int(open('/proc/self/statm').read().split()[0]) * os.sysconf('SC_PAGE_SIZE'))"],
                           capture_output=True, text=True, check=True)
     start = int(base.stdout)

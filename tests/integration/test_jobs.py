@@ -13,9 +13,9 @@ import pytest
 
 from helpers import REAL, ev, segment, block, snapshot, write_pickle
 
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.jobs.table import job_figures_of
-from fragviz.metrics import state_figures
+from fragviz.model.metrics import state_figures
 from fragviz.snapshot import load_snapshot
 from fragviz.store.reader import StoreReader
 

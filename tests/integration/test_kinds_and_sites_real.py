@@ -8,10 +8,10 @@ import pickle
 
 import pytest
 
-from fragviz.analysis import analyze
-from fragviz.ingest import ingest_file
+from fragviz.replay.analysis import analyze
+from fragviz.library.ingest import ingest_file
 from fragviz.library import Library
-from fragviz.report import report_dict, report_text
+from fragviz.doctor.report import report_dict, report_text
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.frames import is_allocator_frame
 from fragviz.store.engine import open_store

@@ -26,11 +26,11 @@ from typing import Any, Callable
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.doctor import diagnose
-from fragviz.errors import StoreError
+from fragviz.base.errors import StoreError
 from fragviz.live.protocol import STATS_DEVICE_KEYS
-from fragviz.report import report_dict
+from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes
 from fragviz.library import Library
 from fragviz.store.engine import open_store

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from fragviz.errors import AgentError
+from fragviz.base.errors import AgentError
 from fragviz.live import start_agent
 from fragviz.live.client import AgentClient
 from fragviz.live.poller import TargetPoller
@@ -196,7 +196,7 @@ def test_the_agent_serves_loopback_names_without_a_token(host):
 def test_a_snapshot_holds_the_jobs_lock_only_to_copy_the_state(agent, monkeypatch):
     """While the snapshot is built and pickled (build_snapshot), the job can take the allocator's lock: it would
     allocate, not wait. The copy under the lock is what the agent reports."""
-    from fragviz import recorder
+    from fragviz.allocator import recorder
 
     held = [torch.empty(MiB, dtype=torch.uint8) for _ in range(50)]  # a trace and blocks with stacks
     device = agent.source.device

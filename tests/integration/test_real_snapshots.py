@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from fragviz.analysis import analyze
-from fragviz.errors import SnapshotFormatError
-from fragviz.metrics import state_figures
-from fragviz.report import report_dict
+from fragviz.replay.analysis import analyze
+from fragviz.base.errors import SnapshotFormatError
+from fragviz.model.metrics import state_figures
+from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot
 from helpers import REAL
 

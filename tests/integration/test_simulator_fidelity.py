@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from fragviz.analysis import analyze, trace_totals
-from fragviz.report import report_dict
+from fragviz.replay.analysis import analyze, trace_totals
+from fragviz.doctor.report import report_dict
 from fragviz.simulate import follow, run_free, simulated_snapshot, what_if
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes
 from helpers import REAL

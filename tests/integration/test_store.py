@@ -13,18 +13,18 @@ import time
 
 import pytest
 
-from fragviz.analysis import analyze
-from fragviz.errors import StoreError
-from fragviz.ingest import ingest_bytes, ingest_file
-from fragviz.report import report_dict
-from fragviz.summaries import summary_of
+from fragviz.replay.analysis import analyze
+from fragviz.base.errors import StoreError
+from fragviz.library.ingest import ingest_bytes, ingest_file
+from fragviz.doctor.report import report_dict
+from fragviz.library.summaries import summary_of
 from fragviz.snapshot import load_snapshot
 from fragviz.store import writer
 from fragviz.library import Library
 from fragviz.store.engine import open_store
 from fragviz.store.schema import SCHEMA_VERSION
-from fragviz.replay.stored import CHUNK_EVENTS
-from fragviz.synth import synthetic_snapshot
+from fragviz.library.stored import CHUNK_EVENTS
+from fragviz.allocator.synth import synthetic_snapshot
 from helpers import REAL, write_pickle
 
 REAL_FILES = sorted(os.path.join(REAL, f) for f in os.listdir(REAL) if f.endswith(".pickle"))

@@ -16,10 +16,10 @@ import pytest
 from sqlalchemy import text
 
 from pg import ENGINES, drop_store_target, new_store_target
-from fragviz.errors import StoreError
-from fragviz.ingest import ingest_file
+from fragviz.base.errors import StoreError
+from fragviz.library.ingest import ingest_file
 from fragviz.library import Library
-from fragviz.report import report_dict
+from fragviz.doctor.report import report_dict
 from fragviz.store import writer
 from fragviz.store.engine import open_store, redacted
 from fragviz.store.records import SUMMARY_VERSION, Summary
@@ -221,7 +221,7 @@ def test_a_version_3_postgresql_store_opens_migrated_with_its_figures(pg_url):
 
 def _check_migrated(library: Library, old_summary: dict) -> None:
     """Version 3 kept the report as summary; on the way to version 5 every figure is recomputed from the stored
-    trace (fragviz.upgrade), so the summary is the current record, with what version 3 did not keep."""
+    trace (fragviz.library.upgrade), so the summary is the current record, with what version 3 did not keep."""
     row = library.list_snapshots()[0]
     assert row.summary.version == SUMMARY_VERSION and library.records.stale_snapshots() == []
     device = row.summary.devices[0]
@@ -295,7 +295,7 @@ def test_nul_in_a_files_strings_is_stored_the_same_on_both_engines(tmp_path, eng
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_an_id_no_column_can_hold_is_no_such_snapshot(tmp_path, engine):
-    from fragviz.errors import NotFoundError
+    from fragviz.base.errors import NotFoundError
 
     target = new_store_target(engine, tmp_path)
     try:

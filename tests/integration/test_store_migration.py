@@ -12,10 +12,10 @@ import sqlite3
 import numpy as np
 from sqlalchemy import text
 
-from fragviz.columns import decode_columns, encode_columns
-from fragviz.ingest import ingest_file
+from fragviz.model.columns import decode_columns, encode_columns
+from fragviz.library.ingest import ingest_file
 from fragviz.library import Library
-from fragviz.report import report_dict
+from fragviz.doctor.report import report_dict
 from fragviz.store.engine import open_store
 from fragviz.store.records import SUMMARY_VERSION, Summary
 from fragviz.store.schema import SCHEMA_VERSION

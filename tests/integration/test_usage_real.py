@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from fragviz.analysis import analyze
-from fragviz.ingest import ingest_file
-from fragviz.report import report_dict
+from fragviz.replay.analysis import analyze
+from fragviz.library.ingest import ingest_file
+from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot
 from fragviz.library import Library
 from fragviz.store.engine import open_store

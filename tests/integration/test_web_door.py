@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import pytest
 
-from fragviz.synth import synthetic_snapshot
+from fragviz.allocator.synth import synthetic_snapshot
 from helpers import MiB, block, segment, snapshot, write_pickle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

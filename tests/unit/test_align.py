@@ -1,10 +1,10 @@
-"""fragviz.align: traces on a shared axis by event, time and step markers; every figure worked out by hand."""
+"""fragviz.replay.align: traces on a shared axis by event, time and step markers; every figure worked out by hand."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fragviz.align import AlignmentRefused, by_event, by_markers, by_time, step_markers
+from fragviz.replay.align import AlignmentRefused, by_event, by_markers, by_time, step_markers
 
 
 def test_by_event_is_the_state_index():

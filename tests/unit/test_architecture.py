@@ -19,16 +19,92 @@ def imports_of(path: str) -> set[str]:
     return names
 
 
-def core_files() -> list[str]:
-    """Everything but the UI, the live agent and the command line (an entry point, like app.py: it starts
-    the dashboard with a lazy import)."""
-    out = []
-    for folder, _, files in os.walk(PACKAGE):
-        rel = os.path.relpath(folder, PACKAGE)
-        if rel.split(os.sep)[0] in ("ui", "live"):
+# The rooms of fragviz, ranked by the flow of the data: a room imports only rooms ranked below it (and
+# its own modules). The store is a leaf below everything that makes or reads its records; the command line
+# and the UI are the entry points on top.
+RANKS = {
+    "base": 0,  # the error root, units and allocator constants, settings, limits, progress, cells
+    "model": 1,  # the snapshot data model and the figures of a state
+    "store": 2,  # SQLite or PostgreSQL: records in, records out
+    "snapshot": 2,  # load: a file made safe and parsed into the model
+    "allocator": 3,  # the caching allocator's rules, a device model, capture
+    "usage": 3,  # sites, kinds, stacks and lifetimes of the allocations
+    "replay": 4,  # past states rebuilt from the trace; the analysis of a snapshot
+    "simulate": 5,  # the allocator model put to work on a trace: follow, free-run, what-if
+    "doctor": 6,  # verdicts on OOMs and the report
+    "library": 7,  # the store and the replay together: ingest, stored snapshots, export
+    "jobs": 8,  # many ranks of one job
+    "live": 8,  # the agent in the job and the poller beside the store
+    "cli": 10,  # starts the dashboard (`fragviz serve`)
+    "ui": 9,
+}
+# The one import across the top: the upload child process runs the command line's `fragviz ingest`.
+CROSSINGS = {("ui/ingest_child.py", "fragviz.cli")}
+TOP_LEVEL_MODULES = {"__init__.py", "__main__.py"}
+
+
+def python_files() -> list[str]:
+    return [os.path.join(folder, f) for folder, _, files in os.walk(PACKAGE) for f in sorted(files)
+            if f.endswith(".py")]
+
+
+def room_of_path(path: str) -> str | None:
+    rel = os.path.relpath(path, PACKAGE).split(os.sep)
+    return rel[0] if len(rel) > 1 else None
+
+
+def room_of_module(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if parts[0] == "fragviz" and len(parts) > 1 else None
+
+
+def test_fragviz_top_holds_only_rooms():
+    loose = {f for f in os.listdir(PACKAGE) if f.endswith(".py")} - TOP_LEVEL_MODULES
+    assert loose == set(), "modules belong in a room (a package named by the flow)"
+    rooms = {d for d in os.listdir(PACKAGE) if os.path.isdir(os.path.join(PACKAGE, d)) and d != "__pycache__"}
+    assert rooms == set(RANKS), "a new room takes a rank in RANKS"
+
+
+def test_no_import_runs_back_up_the_flow():
+    offenders = []
+    for path in python_files():
+        room = room_of_path(path)
+        if room is None:
             continue
-        out.extend(os.path.join(folder, f) for f in files if f.endswith(".py") and not (rel == "." and f == "cli.py"))
-    return out
+        rel = os.path.relpath(path, PACKAGE)
+        for name in imports_of(path):
+            other = room_of_module(name)
+            if other is None or other == room or (rel, name.split(".")[0] + "." + other) in CROSSINGS:
+                continue
+            if RANKS[other] >= RANKS[room]:
+                offenders.append(f"{rel} ({room}, {RANKS[room]}) imports {name} ({other}, {RANKS[other]})")
+    assert offenders == []
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_module_over_400_lines():
+    long = {os.path.relpath(p, ROOT): n for p in python_files()
+            if (n := sum(1 for _ in open(p, encoding="utf-8"))) > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_no_function_over_60_lines():
+    long = []
+    for path in python_files():
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{os.path.relpath(path, ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert long == []
+
+
+def core_files() -> list[str]:
+    """Everything but the entry points (the UI, the command line) and the live room."""
+    return [p for p in python_files() if room_of_path(p) not in ("ui", "cli", "live")]
 
 
 def test_only_the_ui_and_app_import_dash_and_plotly():
@@ -63,7 +139,7 @@ def test_nothing_unpickles_without_the_restricted_unpickler():
 
 
 IN_THE_JOB = ("agent.py", "sources.py", "nvml.py", "protocol.py", "runner.py", "__init__.py")
-NOT_FOR_THE_JOB = ("fragviz.store", "fragviz.ui", "fragviz.ingest", "fragviz.live.poller", "fragviz.live.manager")
+NOT_FOR_THE_JOB = ("fragviz.store", "fragviz.ui", "fragviz.library.ingest", "fragviz.live.poller", "fragviz.live.manager")
 
 
 def module_level_imports(path: str) -> set[str]:
@@ -106,8 +182,8 @@ def test_importing_the_agent_loads_no_ui_and_no_store():
 
 
 # The store is a leaf: it stores and fetches records, and knows nothing of how they are made or used.
-STORE_MAY_IMPORT = ("fragviz.store", "fragviz.model", "fragviz.columns", "fragviz.errors", "fragviz.settings",
-                    "fragviz.units")
+STORE_MAY_IMPORT = ("fragviz.store", "fragviz.model", "fragviz.model.columns", "fragviz.base.errors", "fragviz.base.settings",
+                    "fragviz.base.units")
 
 
 def test_the_store_is_a_leaf():

@@ -1,7 +1,7 @@
-"""fragviz.cells: OWASP's rule for CSV cells, worked out by hand."""
+"""fragviz.base.cells: OWASP's rule for CSV cells, worked out by hand."""
 import pytest
 
-from fragviz.cells import spreadsheet_text
+from fragviz.base.cells import spreadsheet_text
 from fragviz.jobs.table import ranks_csv
 
 

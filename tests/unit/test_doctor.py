@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.doctor import OomFacts, diagnose, diagnose_message, diagnose_message_with, verdict_of
 from fragviz.doctor.facts import DEFRAG_MARGIN
 from fragviz.doctor.message import parse_message

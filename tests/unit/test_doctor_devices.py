@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.doctor import diagnose, diagnose_message_with
 from fragviz.doctor.together import DeviceMismatch
 from fragviz.snapshot import load_snapshot_bytes

@@ -10,8 +10,8 @@ import pytest
 from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import snapshot_dict
-from fragviz.analysis import analyze
-from fragviz.metrics import fragmentation, free_scatter, state_figures, stuck_in_gap
+from fragviz.replay.analysis import analyze
+from fragviz.model.metrics import fragmentation, free_scatter, state_figures, stuck_in_gap
 from fragviz.snapshot import load_snapshot_bytes
 from helpers import MiB, block, ev, segment, snapshot
 

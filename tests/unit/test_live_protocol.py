@@ -7,11 +7,11 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fragviz.errors import UsageError
+from fragviz.base.errors import UsageError
 from fragviz.live import protocol
 from fragviz.live.protocol import (AGENT_METRICS, DEVICE_METRICS, STATS_DEVICE_KEYS, bearer_token, is_loopback,
                                    parse_target, render_metrics, target_url, tokens_match)
-from fragviz.units import parse_duration
+from fragviz.base.units import parse_duration
 
 MiB = 1024 * 1024
 

@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from fragviz.errors import SnapshotFormatError
+from fragviz.base.errors import SnapshotFormatError
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.loader import read_raw
 from helpers import MiB, block, ev, segment, snapshot, write_pickle

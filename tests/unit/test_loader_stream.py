@@ -13,8 +13,8 @@ import pytest
 import fragviz.snapshot.loader as loader
 import fragviz.snapshot.memory as memory
 import fragviz.snapshot.unpickle as unpickle
-from fragviz.errors import SnapshotFormatError
-from fragviz.limits import Limits
+from fragviz.base.errors import SnapshotFormatError
+from fragviz.base.limits import Limits
 from helpers import REAL
 
 

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.doctor import diagnose_message
 from fragviz.doctor.summary import (MAX_SUMMARY_BYTES, Cell, SummaryFormatError, decode, parse_summaries,
                                     parse_summary, read_summary_text)

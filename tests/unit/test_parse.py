@@ -4,8 +4,8 @@ from __future__ import annotations
 import copy
 import pickle
 
-from fragviz.analysis import analyze
-from fragviz.report import report_dict
+from fragviz.replay.analysis import analyze
+from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes, read_raw
 from helpers import MiB, block, ev, real, segment, snapshot
 

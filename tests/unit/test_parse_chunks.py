@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 import fragviz.snapshot.parse as parse
-from fragviz.errors import SnapshotFormatError
+from fragviz.base.errors import SnapshotFormatError
 from fragviz.model import NO_STACK
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.frames import StackInterner
 from fragviz.snapshot.loader import RawSnapshot
-from fragviz.synth import synthetic_snapshot
+from fragviz.allocator.synth import synthetic_snapshot
 from helpers import REAL, block, ev, frames, segment, snapshot
 
 

@@ -7,11 +7,11 @@ from collections import defaultdict
 
 import pytest
 
-from fragviz.analysis import analyze
+from fragviz.replay.analysis import analyze
 from fragviz.doctor import diagnose
 from fragviz.doctor.pools import pool_notes, request_pool_at
-from fragviz.metrics import GENERAL_POOL, pending_frees, pool_figures, pool_of
-from fragviz.report import report_dict, report_text
+from fragviz.model.metrics import GENERAL_POOL, pending_frees, pool_figures, pool_of
+from fragviz.doctor.report import report_dict, report_text
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes, read_raw
 from fragviz.ui import figures
 from helpers import MiB, block, ev, real, segment, snapshot

@@ -1,4 +1,4 @@
-"""The first picture (fragviz.preview): requested and reserved bytes over time from the trace alone, checked
+"""The first picture (fragviz.replay.preview): requested and reserved bytes over time from the trace alone, checked
 against the replay's own series, an independent computation, on every real snapshot and a synthetic one."""
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import os
 import numpy as np
 import pytest
 
-from fragviz.analysis import analyze
-from fragviz.preview import POINTS, snapshot_preview
+from fragviz.replay.analysis import analyze
+from fragviz.replay.preview import POINTS, snapshot_preview
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.parse import parse_snapshot
 from fragviz.snapshot.loader import RawSnapshot
-from fragviz.synth import synthetic_snapshot
+from fragviz.allocator.synth import synthetic_snapshot
 from helpers import REAL
 
 FILES = sorted(glob.glob(os.path.join(REAL, "*.pickle")))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fragviz.errors import UsageError
+from fragviz.base.errors import UsageError
 from fragviz.jobs.ranks import RankedFile, rank_from_metadata, rank_from_name, refuse_shared_ranks
 from fragviz.jobs.stats import FLAT_MARGIN, MAD_SCALE, OUTLIER_Z, imbalance, mad, outliers
 from fragviz.jobs.table import job_figures, ranks_csv

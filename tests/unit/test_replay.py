@@ -5,8 +5,8 @@ import pickle
 
 import pytest
 
-from fragviz.analysis import analyze
-from fragviz.metrics import fragmentation
+from fragviz.replay.analysis import analyze
+from fragviz.model.metrics import fragmentation
 from fragviz.model import BlockState
 from fragviz.snapshot import load_snapshot_bytes
 from helpers import MiB, block, ev, segment, snapshot

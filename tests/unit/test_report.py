@@ -5,9 +5,9 @@ import pickle
 
 import pytest
 
-from fragviz.analysis import analyze
-from fragviz.errors import UsageError
-from fragviz.report import report_dict, report_text
+from fragviz.replay.analysis import analyze
+from fragviz.base.errors import UsageError
+from fragviz.doctor.report import report_dict, report_text
 from fragviz.snapshot import load_snapshot_bytes
 from fragviz.usage.kinds import KINDS
 from fragviz.usage.stackless import NO_STACKS, REASON_TEXT

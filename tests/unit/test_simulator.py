@@ -8,8 +8,8 @@ import pytest
 from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import snapshot_dict
-from fragviz.analysis import analyze
-from fragviz.report import report_dict
+from fragviz.replay.analysis import analyze
+from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot_bytes
 from helpers import MiB
 

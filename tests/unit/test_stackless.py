@@ -6,8 +6,8 @@ import pickle
 
 import numpy as np
 
-from fragviz.analysis import analyze
-from fragviz.report import report_dict, report_text
+from fragviz.replay.analysis import analyze
+from fragviz.doctor.report import report_dict, report_text
 from fragviz.snapshot import load_snapshot_bytes
 from fragviz.ui.usage_data import device_usage
 from fragviz.usage.kinds import KINDS

@@ -6,10 +6,10 @@ import pickle
 import numpy as np
 import pytest
 
-from fragviz.analysis import analyze
-from fragviz.errors import UsageError
+from fragviz.replay.analysis import analyze
+from fragviz.base.errors import UsageError
 from fragviz.model import Frame
-from fragviz.report import report_dict
+from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot_bytes
 from fragviz.usage.bands import bands_of, by_group, grid_of
 from fragviz.usage.kinds import KINDS, compile_rules, current_rules

@@ -14,8 +14,8 @@ import pytest
 
 from fragviz.allocator.config import parse_alloc_conf
 from fragviz.allocator.state import snapshot_dict
-from fragviz.analysis import analyze
-from fragviz.lod import per_event
+from fragviz.replay.analysis import analyze
+from fragviz.model.lod import per_event
 from fragviz.simulate.whatif import NothingToSimulate, simulate_device, what_if
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes
 from fragviz.snapshot.loader import RawSnapshot

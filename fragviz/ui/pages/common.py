@@ -6,7 +6,7 @@ from urllib.parse import parse_qs, urlencode
 from dash import dcc, html
 
 from fragviz.store.records import Summary
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 
 fb = format_bytes
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dash import Input, Output, State, dash_table, dcc, html, no_update
 
-from fragviz.errors import FragvizError
+from fragviz.base.errors import FragvizError
 from fragviz.ui import figures, ids
 from fragviz.ui.compare_data import compare_views
 from fragviz.ui.pages import compare_align

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dash import Input, Output, State, ctx, dcc, html, no_update
 
-from fragviz.align import AXES, AlignmentRefused
-from fragviz.errors import FragvizError
+from fragviz.replay.align import AXES, AlignmentRefused
+from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
 from fragviz.ui.compare_data import AlignedSide, CompareViews, compare_views
 from fragviz.ui.compare_figures import SideSeries, aligned_figure

@@ -11,7 +11,7 @@ from fragviz.doctor.message import find_messages
 from fragviz.doctor.summary import SummaryFormatError, parse_summary
 from fragviz.doctor.summary_checks import message_device
 from fragviz.doctor.summary_text import SummaryDiagnosis, diagnose_summary
-from fragviz.errors import FragvizError
+from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
 from fragviz.ui.pages.common import card, error_panel, fb, header, query_int, verdict_card
 

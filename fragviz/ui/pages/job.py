@@ -8,7 +8,7 @@ from statistics import median
 from dash import ALL, Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from fragviz.errors import FragvizError
+from fragviz.base.errors import FragvizError
 from fragviz.jobs.stats import OUTLIER_RULE
 from fragviz.jobs.table import JobFigures, RankRow, job_figures, job_figures_of
 from fragviz.ui import ids

@@ -13,7 +13,7 @@ from typing import Any
 
 from dash import ALL, MATCH, Input, Output, Patch, State, ctx, dcc, html, no_update
 
-from fragviz.errors import FragvizError
+from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
 from fragviz.ui.figures import gap_histogram_figure, segment_map_figure
 from fragviz.ui.live_figures import live_figure, live_points, thin

@@ -5,8 +5,8 @@ import numpy as np
 from dash import ClientsideFunction, Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from fragviz.errors import FragvizError
-from fragviz.metrics import PoolFigures, pending_frees, pool_figures, pool_of
+from fragviz.base.errors import FragvizError
+from fragviz.model.metrics import PoolFigures, pending_frees, pool_figures, pool_of
 from fragviz.model import Segment
 from fragviz.snapshot.frames import is_user_frame, visible_frames
 from fragviz.ui import figures, ids

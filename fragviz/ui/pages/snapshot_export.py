@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 from dash import Input, Output, State, dcc, html
 
-from fragviz.export import snapshot_file_name
+from fragviz.library.export import snapshot_file_name
 from fragviz.ui import ids
 from fragviz.ui.pages.common import card
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dash import ClientsideFunction, Input, Output, State, ctx as dash_ctx, no_update
 
-from fragviz.errors import FragvizError
+from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
 from fragviz.ui.pages.snapshot import timeline, view_of
 from fragviz.ui.pages.usage import kind_notes

@@ -12,14 +12,14 @@ from typing import Any
 from dash import Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 
 from fragviz.allocator.config import parse_alloc_conf
-from fragviz.errors import FragvizError
+from fragviz.base.errors import FragvizError
 from fragviz.store.records import Summary
 from fragviz.simulate.whatif import UNKNOWN, refusal_for, simulate_device
 from fragviz.ui import figures, ids
 from fragviz.ui.jobs import Job
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, opening_device, query_int
 from fragviz.ui.pages.snapshot import sid_of
-from fragviz.units import parse_size
+from fragviz.base.units import parse_size
 
 MAX_POINTS = 2000
 

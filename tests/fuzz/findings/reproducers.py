@@ -97,7 +97,7 @@ def main(out: str) -> None:
     import resource
 
     from fuzz.harness import BASELINE_SNAPSHOT, Failure, _Checker
-    from fragviz.ingest import ingest_file
+    from fragviz.library.ingest import ingest_file
     from fragviz.store.engine import open_store
 
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))

@@ -102,22 +102,22 @@ def _as_snapshot(w: _Workload, with_frames: bool) -> dict[str, Any]:
             stack = b.pop("stack")
             b["frames"] = list(stacks[stack]) if with_frames and stack >= 0 else []
     return {"segments": segments, "device_traces": [trace], "allocator_settings": DEFAULT_SETTINGS.as_dict(),
-            PROVENANCE_KEY: {"origin": "synthetic", "generator": "fragviz.synth"}}
+            PROVENANCE_KEY: {"origin": "synthetic", "generator": "fragviz.allocator.synth"}}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m fragviz.synth OUT [--events N] [--seed S]: write a synthetic snapshot (gzip if OUT ends in .gz)."""
+    """python -m fragviz.allocator.synth OUT [--events N] [--seed S]: write a synthetic snapshot (gzip if OUT ends in .gz)."""
     import argparse
 
-    from fragviz.recorder import write_snapshot
+    from fragviz.allocator.recorder import write_snapshot
 
-    ap = argparse.ArgumentParser(prog="python -m fragviz.synth", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m fragviz.allocator.synth", description=main.__doc__)
     ap.add_argument("out")
     ap.add_argument("--events", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     data = synthetic_snapshot(args.events, seed=args.seed)
-    data[PROVENANCE_KEY]["command"] = f"python -m fragviz.synth {args.out} --events {args.events} --seed {args.seed}"
+    data[PROVENANCE_KEY]["command"] = f"python -m fragviz.allocator.synth {args.out} --events {args.events} --seed {args.seed}"
     write_snapshot(args.out, data)
     return 0
 

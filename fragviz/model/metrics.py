@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fragviz.allocator.rules import LARGE_BUFFER, SMALL_BUFFER
+from fragviz.base.units import LARGE_BUFFER, SMALL_BUFFER
 from fragviz.model import BlockState, Segment
 
 

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fragviz.cells import spreadsheet_text
-from fragviz.errors import UsageError
-from fragviz.lod import per_event
+from fragviz.base.cells import spreadsheet_text
+from fragviz.base.errors import UsageError
+from fragviz.model.lod import per_event
 from fragviz.model import NO_TIME, Segment
 from fragviz.usage.kinds import KINDS
 from fragviz.usage.stacks import StackFacts, stack_facts, stack_text
@@ -219,7 +219,7 @@ def write_frame(frame: pd.DataFrame, fmt: str, out: str | IO) -> None:
 
 
 def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with every text cell that a spreadsheet would read as a formula quoted (fragviz.cells)."""
+    """`frame` with every text cell that a spreadsheet would read as a formula quoted (fragviz.base.cells)."""
     text = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c]) and not frame[c].empty]
     if not text:
         return frame

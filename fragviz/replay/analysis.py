@@ -7,9 +7,9 @@ from typing import Callable
 from fragviz.allocator.config import AllocatorSettings, settings_from_snapshot
 import numpy as np
 
-from fragviz.metrics import fragmentation, state_figures
+from fragviz.model.metrics import fragmentation, state_figures
 from fragviz.model import NO_STACK, SEGMENT_MAP, Snapshot
-from fragviz.preview import (REQUESTED_ADDS, REQUESTED_SUBS, RESERVED_ADDS, RESERVED_SUBS,
+from fragviz.replay.preview import (REQUESTED_ADDS, REQUESTED_SUBS, RESERVED_ADDS, RESERVED_SUBS,
                              running_total)
 from fragviz.replay import DeviceReplay
 from fragviz.replay.parallel import replay_devices

@@ -25,10 +25,11 @@ from fragviz.allocator.rules import allocation_size, round_size
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import build_snapshot, copy_state
 from fragviz.snapshot.frames import StackInterner
-from fragviz.units import torch_format_size
+from fragviz.base.units import torch_format_size
 
 DEFAULT_DEVICE_MEMORY = 16 * 1024**3
-_SKIP_FILES = (os.path.dirname(os.path.abspath(__file__)), "torch/utils/_python_dispatch.py", "contextlib.py",
+_SKIP_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # fragviz's own frames
+               "torch/utils/_python_dispatch.py", "contextlib.py",
                "<frozen runpy>", "runpy.py")
 
 

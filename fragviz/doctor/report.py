@@ -5,12 +5,12 @@ from typing import Any
 
 import numpy as np
 
-from fragviz.analysis import Analysis, reserved_peak, trace_totals
-from fragviz.errors import UsageError
-from fragviz.metrics import PendingFrees, PoolFigures, StateFigures, pending_frees, pool_figures, state_figures
+from fragviz.replay.analysis import Analysis, reserved_peak, trace_totals
+from fragviz.base.errors import UsageError
+from fragviz.model.metrics import PendingFrees, PoolFigures, StateFigures, pending_frees, pool_figures, state_figures
 from fragviz.model import Segment, Snapshot
 from fragviz.replay import EXACT_FIGURES, SIZES_NOTE
-from fragviz.units import format_bytes
+from fragviz.base.units import format_bytes
 from fragviz.usage.kinds import kind_totals
 from fragviz.usage.sites import top_sites
 from fragviz.usage.stackless import device_kinds

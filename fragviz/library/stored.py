@@ -13,11 +13,11 @@ from typing import Iterator, Protocol
 import numpy as np
 
 from fragviz.allocator.config import settings_from_snapshot
-from fragviz.analysis import Analysis
-from fragviz.columns import encode_columns
-from fragviz.errors import UsageError
-from fragviz.lod import bucket_sizes, per_event, summarise
-from fragviz.metrics import StateFigures, state_figures
+from fragviz.replay.analysis import Analysis
+from fragviz.model.columns import encode_columns
+from fragviz.base.errors import UsageError
+from fragviz.model.lod import bucket_sizes, per_event, summarise
+from fragviz.model.metrics import StateFigures, state_figures
 from fragviz.model import Frame, Segment, Snapshot, Trace, empty_trace
 from fragviz.replay import DeviceReplay, checkpoint_before, restore_layout
 from fragviz.replay.engine import CHECKPOINT_EVERY

@@ -1,6 +1,6 @@
 """Stored figures brought up to date after a schema step that changed what they mean.
 
-Schema version 5 made fragmentation the non-releasable share of reserved memory (fragviz.metrics) and added the
+Schema version 5 made fragmentation the non-releasable share of reserved memory (fragviz.model.metrics) and added the
 non-releasable bytes to the series. A store migrated from an older version lists every snapshot it held in
 `stale_figures`; here each one's series is replayed again from its stored start state and trace (the same
 block sizes, so the same states), its level-of-detail tables and summary are rebuilt, and all of it is written
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from fragviz.errors import StoreError
-from fragviz.progress import ProgressBar
+from fragviz.base.errors import StoreError
+from fragviz.base.progress import ProgressBar
 from fragviz.replay import DeviceReplay, restore_layout
 from fragviz.replay.engine import run_forward
-from fragviz.replay.stored import load_analysis, series_blobs
+from fragviz.library.stored import load_analysis, series_blobs
 from fragviz.store.reader import StoreReader
 from fragviz.store.writer import replace_figures
-from fragviz.summaries import summary_of
+from fragviz.library.summaries import summary_of
 
 
 def refresh_stale(records: StoreReader, progress: Callable[[int, int], None] | None = None) -> int:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from fragviz.errors import LimitError
-from fragviz.settings import SETTINGS, setting
+from fragviz.base.errors import LimitError
+from fragviz.base.settings import SETTINGS, setting
 
 
 @dataclass(frozen=True)

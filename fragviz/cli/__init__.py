@@ -9,10 +9,10 @@ import traceback
 from typing import Sequence
 
 from fragviz import __version__
-from fragviz.errors import FragvizError, UsageError
+from fragviz.base.errors import FragvizError, UsageError
 from fragviz.live.protocol import DEFAULT_RUN_PORT
-from fragviz.settings import SETTINGS, db_path
-from fragviz.units import cut
+from fragviz.base.settings import SETTINGS, db_path
+from fragviz.base.units import cut
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("export", help="write a stored snapshot's series, allocations or segments as Parquet or CSV")
     exp.add_argument("id", type=int, metavar="ID")
     exp.add_argument("--db", help=db_help)
-    # the choices are fragviz.export's WHATS and FORMATS (not imported here: pandas is slow to load)
+    # the choices are fragviz.library.export's WHATS and FORMATS (not imported here: pandas is slow to load)
     exp.add_argument("--format", required=True, choices=("parquet", "csv"))
     exp.add_argument("--what", default="series", choices=("series", "allocations", "segments"),
                      help="figures after every event (default), every allocation of the trace, or the blocks "
@@ -214,8 +214,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _ingest_one(store, file: str, args: argparse.Namespace):
     """One file ingested, its progress drawn on the terminal and told to --progress-file and --timings."""
-    from fragviz.ingest import ingest_file
-    from fragviz.progress import PhaseClock, ProgressBar, ProgressLog
+    from fragviz.library.ingest import ingest_file
+    from fragviz.base.progress import PhaseClock, ProgressBar, ProgressLog
 
     bar = ProgressBar(os.path.basename(file)[:28], enabled=args.progress)
     log = ProgressLog(args.progress_file) if args.progress_file else None
@@ -238,9 +238,9 @@ def _ingest_one(store, file: str, args: argparse.Namespace):
 
 def _cmd_ingest_job(args: argparse.Namespace) -> int:
     """`fragviz ingest --job NAME DIR_OR_GLOB`: every rank in parallel processes (fragviz.jobs.run)."""
-    from fragviz.ingest import clean_name
+    from fragviz.library.ingest import clean_name
     from fragviz.jobs.run import ingest_job, record_job
-    from fragviz.progress import ProgressBar
+    from fragviz.base.progress import ProgressBar
     from fragviz.store.engine import open_store, new_store_guard
 
     if args.name:
@@ -270,7 +270,7 @@ def _cmd_ingest_job(args: argparse.Namespace) -> int:
 
 def _worst_status(statuses) -> int:
     """The exit status of a batch: an internal error first, then bad input, then the store's troubles."""
-    from fragviz.ingest import EXIT_STATUS
+    from fragviz.library.ingest import EXIT_STATUS
 
     codes = {EXIT_STATUS[s] for s in statuses}
     return next((c for c in (1, 2, 74, 75) if c in codes), 0)
@@ -288,7 +288,7 @@ def _print_ingest_line(result, debug: bool = False) -> None:
 
 
 def _cmd_limits(args: argparse.Namespace) -> int:
-    from fragviz.settings import config_path, describe, setting
+    from fragviz.base.settings import config_path, describe, setting
 
     rows = describe()
     for name, *_ in rows:
@@ -304,7 +304,7 @@ def _cmd_limits(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from fragviz.export import ExportRequest, check_destination, save, snapshot_file_name, snapshot_frame
+    from fragviz.library.export import ExportRequest, check_destination, save, snapshot_file_name, snapshot_frame
     from fragviz.library import Library
 
     check_destination(args.out, args.format)
@@ -319,7 +319,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from fragviz.report import report_dict, report_text
+    from fragviz.doctor.report import report_dict, report_text
 
     analysis = _analysis_for(args.target, args.db)
     if args.json:
@@ -333,7 +333,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from fragviz.simulate import follow, simulated_snapshot, what_if
     from fragviz.simulate.text import follow_text, what_if_text, with_certain_ooms
     from fragviz.simulate.whatif import NothingToSimulate, nothing_to_follow
-    from fragviz.units import parse_size
+    from fragviz.base.units import parse_size
 
     analysis = _analysis_for(args.target, args.db)
     memory = parse_size(args.device_memory) if args.device_memory else None
@@ -425,8 +425,8 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     command = script_and_args(list(args.command), "capture")
     if args.alloc_conf is not None:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = args.alloc_conf  # before CUDA initialises
-    from fragviz.recorder import capture
-    from fragviz.units import parse_size
+    from fragviz.allocator.recorder import capture
+    from fragviz.base.units import parse_size
 
     memory = parse_size(args.device_memory) if args.device_memory else None
     saved_argv = sys.argv
@@ -452,7 +452,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from fragviz.live.runner import run_command
-    from fragviz.units import parse_size
+    from fragviz.base.units import parse_size
 
     memory = parse_size(args.device_memory) if args.device_memory else None
     token = args.token or os.environ.get("FRAGVIZ_TOKEN") or None
@@ -462,7 +462,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_attach(args: argparse.Namespace) -> int:
     from fragviz.live.poller import attach_command
-    from fragviz.units import parse_duration
+    from fragviz.base.units import parse_duration
 
     token = args.token or os.environ.get("FRAGVIZ_TOKEN") or None
     duration = parse_duration(args.duration) if args.duration else None
@@ -472,7 +472,7 @@ def _cmd_attach(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from fragviz.live.protocol import fits_bearer, names_this_machine
-    from fragviz.settings import setting
+    from fragviz.base.settings import setting
     from fragviz.ui.factory import create_app
     from fragviz.ui.guard import request_handler, serve
 
@@ -500,7 +500,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _analysis_for(target: str, db: str | None):
-    from fragviz.ingest import analyze_file
+    from fragviz.library.ingest import analyze_file
 
     if os.path.exists(target):
         return analyze_file(target)

@@ -3,11 +3,20 @@ from __future__ import annotations
 
 import re
 
-from fragviz.errors import UsageError
+from fragviz.base.errors import UsageError
 
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
+
+# The caching allocator's size constants (c10/cuda/CUDACachingAllocator.cpp, reference C.1): one place for
+# every room that rounds, pools or pages by them.
+MIN_BLOCK = 512  # kMinBlockSize: every block is a multiple of it
+SMALL_SIZE = 1 * MiB  # kSmallSize: rounded requests up to this go to the small pool
+SMALL_BUFFER = 2 * MiB  # kSmallBuffer: a small-pool segment; the small pool's page of an expandable segment
+LARGE_BUFFER = 20 * MiB  # kLargeBuffer: a large-pool segment for requests up to 10 MiB; a large page
+MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc
+ROUND_LARGE = 2 * MiB  # kRoundLarge: larger segments are rounded up to it
 
 
 def format_bytes(n: int | float) -> str:

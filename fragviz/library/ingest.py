@@ -9,17 +9,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from fragviz.analysis import Analysis, analyze
-from fragviz.errors import FragvizError, StoreBusyError, StoreError
-from fragviz.limits import Limits
+from fragviz.replay.analysis import Analysis, analyze
+from fragviz.base.errors import FragvizError, StoreBusyError, StoreError
+from fragviz.base.limits import Limits
 from fragviz.snapshot.loader import RawSnapshot, content_hash, decode_bytes, decode_file, file_digest, read_raw
-from fragviz.units import cut
+from fragviz.base.units import cut
 from fragviz.snapshot.parse import parse_snapshot
-from fragviz.preview import DevicePreview, columns_preview
-from fragviz.replay.stored import record_of
+from fragviz.replay.preview import DevicePreview, columns_preview
+from fragviz.library.stored import record_of
 from fragviz.store.engine import Store
 from fragviz.store.writer import find_by_hash, write_snapshot
-from fragviz.summaries import summary_of
+from fragviz.library.summaries import summary_of
 
 PhaseFn = Callable[[str], None]
 PreviewFn = Callable[[list[DevicePreview]], None]
@@ -60,7 +60,7 @@ def ingest_file(store: Store, path: str, name: str | None = None, phase: PhaseFn
                 preview: PreviewFn | None = None) -> IngestResult:
     """Ingest the file at `path`; errors come back as a result, and leave the store as it was. `phase` hears
     each step's name, `progress` the replay's events done, `preview` the first picture as soon as the trace is
-    parsed (fragviz.preview), long before the rest is ready."""
+    parsed (fragviz.replay.preview), long before the rest is ready."""
     source = clean_name(name or path)
     try:
         limits = limits or Limits.current()

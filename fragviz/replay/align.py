@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fragviz.errors import FragvizError
+from fragviz.base.errors import FragvizError
 
 AXES = ("event", "time", "step")
 AXIS_TITLES = {"event": "event (state index)", "time": "seconds since the first event", "step": "step"}

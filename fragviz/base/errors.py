@@ -37,7 +37,7 @@ class NotFoundError(StoreError):
 
 
 class LimitError(SnapshotFormatError):
-    """A file past one of fragviz's input limits (fragviz.limits): the message names the limit and how to raise it."""
+    """A file past one of fragviz's input limits (fragviz.base.limits): the message names the limit and how to raise it."""
 
 
 class UsageError(FragvizError):

@@ -1,6 +1,6 @@
 """The library: a store's snapshots with their past states rebuilt, what the dashboard and the CLI read.
 
-The store (fragviz.store) stores and fetches records; the replay (fragviz.replay.stored) rebuilds states from
+The store (fragviz.store) stores and fetches records; the replay (fragviz.library.stored) rebuilds states from
 them; this is where the two meet, with the figures the timeline draws from the stored series. The web layer
 reads only through a Library and never sees a connection.
 """
@@ -11,17 +11,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fragviz.analysis import Analysis
-from fragviz.lod import choose_bucket, per_event
-from fragviz.metrics import StateFigures
+from fragviz.replay.analysis import Analysis
+from fragviz.model.lod import choose_bucket, per_event
+from fragviz.model.metrics import StateFigures
 from fragviz.model import Frame, Segment, Trace
-from fragviz.replay import stored
-from fragviz.replay.stored import CHUNK_EVENTS
+from fragviz.library import stored
+from fragviz.library.stored import CHUNK_EVENTS
 from fragviz.store.engine import Store
 from fragviz.store.live import LiveReader
 from fragviz.store.reader import SnapshotRow, StoreReader
 from fragviz.store.records import Job
-from fragviz.upgrade import refresh_stale
+from fragviz.library.upgrade import refresh_stale
 from fragviz.usage.lifetimes import Lifetimes
 
 
@@ -67,7 +67,7 @@ class Library:
         """The library of the store at `target`: a SQLite path, a postgresql:// URL, or an open Store.
 
         Snapshots stored before the figures they keep changed meaning are brought up to date first
-        (fragviz.upgrade); `progress(done, total)` follows that."""
+        (fragviz.library.upgrade); `progress(done, total)` follows that."""
         library = cls(StoreReader(target))
         refresh_stale(library.records, progress)
         return library

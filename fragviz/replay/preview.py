@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fragviz.metrics import state_figures
+from fragviz.model.metrics import state_figures
 from fragviz.model import (ALLOC, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP, Segment,
                            Snapshot)
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
 
-from fragviz.errors import FragvizError, UsageError
-from fragviz.units import cut, parse_duration, parse_size
+from fragviz.base.errors import FragvizError, UsageError
+from fragviz.base.units import cut, parse_duration, parse_size
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def _data_home() -> str:
 SETTINGS = {
     s.name: s for s in (
         Setting("db", _data_home(), "the timeline store: a SQLite file path or a postgresql:// URL"),
-        # Input limits (fragviz.limits): each bounds what one snapshot file may cost.
+        # Input limits (fragviz.base.limits): each bounds what one snapshot file may cost.
         Setting("max_file_size", "8GiB", "largest snapshot file read, compressed or not", "size"),
         Setting("max_inflated_size", "16GiB", "largest size a compressed snapshot may inflate to", "size"),
         Setting("max_inflate_ratio", "200", "largest inflated/compressed size ratio (real snapshots: 5-30)", "int"),

@@ -1,9 +1,9 @@
 """The summary the store keeps of each snapshot (fragviz.store.records.Summary), worked out at ingest."""
 from __future__ import annotations
 
-from fragviz.analysis import Analysis, reserved_peak, trace_totals
+from fragviz.replay.analysis import Analysis, reserved_peak, trace_totals
 from fragviz.doctor.verdicts import diagnose
-from fragviz.metrics import state_figures
+from fragviz.model.metrics import state_figures
 from fragviz.store.records import DeviceSummary, Summary
 
 
