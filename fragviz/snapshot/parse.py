@@ -7,74 +7,26 @@ everything up to 1.13); 2.0, whose blocks carry `history` and no `address`; 2.1+
 """
 from __future__ import annotations
 
-from array import array
-from itertools import repeat
-from operator import itemgetter
 from typing import Any, Callable
 
 import numpy as np
 
-from fragviz.base.errors import SnapshotFormatError
 from fragviz.base.limits import Limits
 from fragviz.base.units import SMALL_BUFFER
-from fragviz.model import (ACTIONS, NO_STACK, NO_STRING, NO_TIME, PROVENANCE_KEY, Block, BlockState, FormatInfo,
+from fragviz.model import (NO_STACK, PROVENANCE_KEY, Block, BlockState, FormatInfo,
                            Segment, Snapshot, Trace)
-from fragviz.snapshot.frames import StackInterner
 from fragviz.snapshot.loader import RawSnapshot
-from fragviz.snapshot.values import INT64_MAX, INT64_MIN, Values, describe
+from fragviz.snapshot.values import INT64_MAX, INT64_MIN, describe
+from fragviz.snapshot.context import ParseContext
+from fragviz.snapshot.traces import TraceReader
 from fragviz.base.units import bytes_text, cut
 
 _STATES = {s.value: s for s in BlockState}
 _STATES["active_awaiting_free"] = BlockState.ACTIVE_PENDING_FREE  # the name in _snapshot's docstring
 MAX_DEVICES = 128  # c10::DeviceIndex is an int8_t
-MAX_UNKNOWN_ACTIONS = 64
 # A trace event, segment or block is a dict of at least three fields: even with every key memoized it takes
 # more than this many bytes of pickle. Records that take fewer are shared references to one object.
 MIN_RECORD_BYTES = 8
-MAX_WARNINGS = 200
-
-
-class _Context:
-    """What one parse accumulates: interned stacks and strings, warnings, format markers."""
-
-    def __init__(self, source: str, limits: Limits, payload_size: int) -> None:
-        self.source = source
-        self.limits = limits
-        self.payload_size = payload_size
-        self.values = Values(source, limits, payload_size)
-        self.interner = StackInterner(self.values)
-        self.strings: list[str] = []
-        self._string_ids: dict[str, int] = {}
-        self._warnings: dict[str, None] = {}
-        self._more_warnings = 0
-        self.features: set[str] = set()
-        self.blocks = 0
-
-    def warn(self, message: str) -> None:
-        if message in self._warnings:
-            return
-        if len(self._warnings) < MAX_WARNINGS:
-            self._warnings[message] = None
-        else:
-            self._more_warnings += 1
-
-    @property
-    def warnings(self) -> list[str]:
-        more = [f"... and {self._more_warnings:,} more warnings like these"] if self._more_warnings else []
-        return list(self._warnings) + more
-
-    def fail(self, problem: str) -> SnapshotFormatError:
-        return SnapshotFormatError(self.source, problem)
-
-    def string_id(self, value: Any, where: str) -> int:
-        if value is None:
-            return NO_STRING
-        value = self.values.text(value, where)
-        sid = self._string_ids.get(value)
-        if sid is None:
-            sid = self._string_ids[value] = len(self.strings)
-            self.strings.append(value)
-        return sid
 
 
 # Told, once every trace's actions and sizes are read and before the rest: the final segments, and per device
@@ -89,12 +41,12 @@ def parse_snapshot(raw: RawSnapshot, limits: Limits | None = None, consume: bool
     With `consume`, trace entries are dropped from `raw.data` as they are read (ingest's memory stays near
     the decoded data's); the caller must not use `raw.data` afterwards. `early` hears the totals' inputs
     (EarlyTotals) after a first pass over the traces."""
-    ctx = _Context(raw.source, limits or Limits.current(), raw.payload_size or raw.file_size)
+    ctx = ParseContext(raw.source, limits or Limits.current(), raw.payload_size or raw.file_size)
     segments_data, traces_data, settings, annotations = _top_level(raw.data, ctx)
     provenance = _provenance(raw.data, ctx)
     _check_counts(segments_data, traces_data, ctx)
     segments = tuple(_parse_segment(d, i, ctx) for i, d in enumerate(segments_data))
-    readers = [_TraceReader(dev, entries, ctx) for dev, entries in enumerate(traces_data)]
+    readers = [TraceReader(dev, entries, ctx) for dev, entries in enumerate(traces_data)]
     for reader in readers:
         reader.read_totals()
     if early is not None:
@@ -110,7 +62,7 @@ def parse_snapshot(raw: RawSnapshot, limits: Limits | None = None, consume: bool
         provenance=provenance)
 
 
-def _provenance(data: Any, ctx: _Context) -> dict | None:
+def _provenance(data: Any, ctx: ParseContext) -> dict | None:
     value = data.get(PROVENANCE_KEY) if isinstance(data, dict) else None
     if not isinstance(value, dict):
         return None
@@ -127,7 +79,7 @@ def _key_text(key: Any) -> str:
     return f"{bytes_text(key)} (bytes)" if isinstance(key, bytes) else cut(str(key), 40)
 
 
-def _top_level(data: Any, ctx: _Context) -> tuple[list, list, dict | None, list | None]:
+def _top_level(data: Any, ctx: ParseContext) -> tuple[list, list, dict | None, list | None]:
     if isinstance(data, list):
         if data and not isinstance(data[0], dict):  # torch.cuda.memory_snapshot() is a list of segment dicts
             raise ctx.fail(f"is not a PyTorch memory snapshot: a list of {len(data):,} items whose first is "
@@ -175,7 +127,7 @@ _SETTING_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _allocator_settings(settings: dict, ctx: _Context) -> dict:
+def _allocator_settings(settings: dict, ctx: ParseContext) -> dict:
     settings = ctx.values.plain(settings, "allocator_settings")
     for key, types in _SETTING_TYPES.items():
         if key in settings and (not isinstance(settings[key], types)
@@ -196,7 +148,7 @@ def _allocator_settings(settings: dict, ctx: _Context) -> dict:
     return settings
 
 
-def _check_counts(segments_data: list, traces_data: list, ctx: _Context) -> None:
+def _check_counts(segments_data: list, traces_data: list, ctx: ParseContext) -> None:
     """Refuse, before anything walks them, records past the limits or too many for the bytes they came in."""
     limits = ctx.limits
     events = sum(map(len, traces_data))
@@ -211,7 +163,7 @@ def _check_counts(segments_data: list, traces_data: list, ctx: _Context) -> None
                        "snapshot holds")
 
 
-def _int_field(d: dict, key: str, where: str, ctx: _Context, default: int | None = None,
+def _int_field(d: dict, key: str, where: str, ctx: ParseContext, default: int | None = None,
                low: int = 0, high: int = INT64_MAX) -> int:
     v = d.get(key, default)
     if v is None:
@@ -219,7 +171,7 @@ def _int_field(d: dict, key: str, where: str, ctx: _Context, default: int | None
     return ctx.values.integer(v, f"{where} '{key}'", low, high)
 
 
-def _parse_segment(d: Any, index: int, ctx: _Context) -> Segment:
+def _parse_segment(d: Any, index: int, ctx: ParseContext) -> Segment:
     where = f"segment {index}"
     if not isinstance(d, dict):
         raise ctx.fail(f"is not a PyTorch memory snapshot: {where} is a {type(d).__name__}, not a dict")
@@ -248,7 +200,7 @@ def _parse_segment(d: Any, index: int, ctx: _Context) -> Segment:
         stack=ctx.interner.intern(frames, where) if frames is not None else NO_STACK)
 
 
-def _count_blocks(n: int, ctx: _Context) -> None:
+def _count_blocks(n: int, ctx: ParseContext) -> None:
     ctx.blocks += n
     if ctx.blocks > ctx.limits.max_blocks:
         raise ctx.limits.refuse(ctx.source, "max_blocks", f"has over {ctx.limits.max_blocks:,} blocks")
@@ -257,7 +209,7 @@ def _count_blocks(n: int, ctx: _Context) -> None:
                        "bytes each, so they are shared references to a few objects, which no snapshot holds")
 
 
-def _parse_blocks(blocks_data: list, seg_address: int, seg_where: str, ctx: _Context) -> tuple[Block, ...]:
+def _parse_blocks(blocks_data: list, seg_address: int, seg_where: str, ctx: ParseContext) -> tuple[Block, ...]:
     blocks = []
     running = seg_address
     for j, b in enumerate(blocks_data):
@@ -278,7 +230,7 @@ def _parse_blocks(blocks_data: list, seg_address: int, seg_where: str, ctx: _Con
     return tuple(blocks)
 
 
-def _block(b: dict, address: int, size: int, where: str, ctx: _Context) -> Block:
+def _block(b: dict, address: int, size: int, where: str, ctx: ParseContext) -> Block:
     raw_state = b.get("state")
     state = _STATES.get(raw_state) if isinstance(raw_state, str) else None
     if state is None:
@@ -298,7 +250,7 @@ def _block(b: dict, address: int, size: int, where: str, ctx: _Context) -> Block
     return Block(address, size, requested, state, stack)
 
 
-def _pool_id(v: Any, where: str, ctx: _Context) -> tuple[int, int] | None:
+def _pool_id(v: Any, where: str, ctx: ParseContext) -> tuple[int, int] | None:
     if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) for x in v):
         return (ctx.values.integer(v[0], f"{where} 'segment_pool_id'", 0, INT64_MAX),
                 ctx.values.integer(v[1], f"{where} 'segment_pool_id'", INT64_MIN, INT64_MAX))
@@ -309,151 +261,12 @@ def _opt_bool(v: Any) -> bool | None:
     return None if v is None else bool(v)
 
 
-# Trace entries are read this many at a time: each chunk's columns are built with C-level maps, and with
-# `consume` its entries are dropped from the plain data before the next, so that memory stays near what
-# decoding alone took.
-TRACE_CHUNK = 16384
-_ACTION, _ADDR, _SIZE, _STREAM, _TIME = map(itemgetter, ("action", "addr", "size", "stream", "time_us"))
-
-
-class _TraceColumns:
-    """A device's columns, allocated once at the trace's length and filled chunk by chunk."""
-
-    def __init__(self, n: int) -> None:
-        self.action = np.empty(n, np.uint8)
-        self.addr, self.size, self.stream, self.time_us = (np.empty(n, np.int64) for _ in range(4))
-        self.stack, self.compile_context, self.user_metadata = (np.empty(n, np.int32) for _ in range(3))
-
-
-class _TraceReader:
-    """One device's trace read in two passes: actions and sizes first (all a first picture needs: see
-    fragviz.replay.preview), then every other field, chunk by chunk, dropping each chunk's entries with `consume`."""
-
-    def __init__(self, device: int, entries: list, ctx: _Context) -> None:
-        self.device, self.entries, self.ctx = device, entries, ctx
-        self.cols = _TraceColumns(len(entries))
-        self.names = list(ACTIONS)
-        self.code_of = {a: i for i, a in enumerate(self.names)}
-
-    def _chunks(self, fill: Callable[[int, list], None], consume: bool = False) -> None:
-        entries, n = self.entries, len(self.entries)
-        for lo in range(0, n, TRACE_CHUNK):
-            hi = min(n, lo + TRACE_CHUNK)
-            chunk = entries[lo:hi]
-            try:
-                fill(lo, chunk)
-            except (KeyError, TypeError, AttributeError, ValueError, OverflowError):
-                _find_bad_entry(self.device, chunk, lo, self.ctx)
-                raise self.ctx.fail(f"device {self.device}'s trace has entries of the wrong shape")
-            if consume:
-                entries[lo:hi] = repeat(None, hi - lo)  # the entries go; the list keeps its length
-
-    def read_totals(self) -> None:
-        self._chunks(self._fill_totals)
-        self._no_negative(self.cols.size, "size")
-
-    def _no_negative(self, column: np.ndarray, key: str) -> None:
-        if len(column) and column.min() < 0:
-            i = int(np.argmax(column < 0))
-            raise self.ctx.fail(f"device {self.device}'s trace entry {i} has a negative '{key}' ({int(column[i])})")
-
-    def read_rest(self, consume: bool) -> Trace:
-        self._chunks(self._fill_rest, consume)
-        cols, ctx = self.cols, self.ctx
-        trace = Trace(device=self.device, action=cols.action, addr=cols.addr, size=cols.size, stream=cols.stream,
-                      time_us=cols.time_us, stack=cols.stack, compile_context=cols.compile_context,
-                      user_metadata=cols.user_metadata, action_names=tuple(self.names))
-        _note_trace_features(trace, ctx)
-        self._no_negative(trace.addr, "addr")
-        return trace
-
-    def _fill_totals(self, lo: int, chunk: list) -> None:
-        """Columns are filled by maps over the entries (no Python code per entry where fields are present);
-        int64 columns go through array('q'), which takes Python ints in the int64 range and nothing else."""
-        hi, cols, code_of = lo + len(chunk), self.cols, self.code_of
-        actions = list(map(_ACTION, chunk))
-        codes = list(map(code_of.get, actions))
-        if None in codes:
-            _add_unknown_actions(self.device, actions, lo, code_of, self.names, self.ctx)
-            codes = list(map(code_of.__getitem__, actions))
-        cols.action[lo:hi] = codes
-        cols.size[lo:hi] = _int64(chunk, _SIZE, _SIZE)
-
-    def _fill_rest(self, lo: int, chunk: list) -> None:
-        hi, cols, ctx = lo + len(chunk), self.cols, self.ctx
-        cols.addr[lo:hi] = _int64(chunk, _ADDR, lambda e: e["addr"] if "addr" in e else e.get("device_free", 0))
-        cols.stream[lo:hi] = _int64(chunk, _STREAM, lambda e: e.get("stream", 0))
-        cols.time_us[lo:hi] = _int64(chunk, _TIME, lambda e: e.get("time_us", NO_TIME))
-        frames = list(map(dict.get, chunk, repeat("frames")))
-        cols.stack[lo:hi] = ctx.interner.intern_many(frames, f"device {self.device}'s trace")
-        for key, column in (("compile_context", cols.compile_context), ("user_metadata", cols.user_metadata)):
-            column[lo:hi] = _optional_strings(chunk, key, ctx)
-
-
-def _add_unknown_actions(device: int, actions: list, lo: int, code_of: dict, names: list, ctx: _Context) -> None:
-    for i, a in enumerate(actions, lo):
-        if a in code_of:
-            continue
-        if not isinstance(a, str):
-            raise ctx.fail(f"device {device}'s trace entry {i} has an action that is {describe(a)}, not a string")
-        if len(names) >= len(ACTIONS) + MAX_UNKNOWN_ACTIONS:
-            raise ctx.fail(f"device {device}'s trace has more than {MAX_UNKNOWN_ACTIONS} actions fragviz does "
-                           "not know: it is not a PyTorch trace")
-        code_of[a] = len(names)
-        names.append(ctx.values.text(a, f"device {device}'s trace entry {i} 'action'"))
-        ctx.warn(f"device {device}'s trace has an action fragviz does not know: {describe(a)} (kept, not replayed)")
-
-
-def _int64(chunk: list, field: Callable[[dict], Any], or_default: Callable[[dict], Any]) -> np.ndarray:
-    """A field of every entry of `chunk` as int64, through array('q'); where some entry lacks it, its default."""
-    try:
-        values = array("q", map(field, chunk))
-    except KeyError:
-        values = array("q", [or_default(e) for e in chunk])
-    return np.frombuffer(values, np.int64)
-
-
-def _optional_strings(chunk: list, key: str, ctx: _Context) -> list[int] | int:
-    values = list(map(dict.get, chunk, repeat(key)))
-    if values.count(None) == len(values):
-        return NO_STRING
-    ctx.features.add(key)
-    sid = ctx.string_id
-    return [sid(v, key) for v in values]
-
-
-def _note_trace_features(trace: Trace, ctx: _Context) -> None:
-    if trace.has_time:
-        ctx.features.add("time_us")
-    if len(trace) and (trace.stack != NO_STACK).any():
-        ctx.features.add("trace_frames")
-    if any(a in ("segment_map", "segment_unmap") for a in trace.action_counts()):
-        ctx.features.add("expandable_actions")
-
-
-def _find_bad_entry(device: int, entries: list, lo: int, ctx: _Context) -> None:
-    """Raise the error that names the first bad entry and field (the fast path only knows one is bad);
-    `entries` are those from entry `lo` on."""
-    for i, e in enumerate(entries, lo):
-        where = f"device {device}'s trace entry {i}"
-        if not isinstance(e, dict):
-            raise ctx.fail(f"{where} is {describe(e)}, not a dict")
-        if not isinstance(e.get("action"), str):
-            raise ctx.fail(f"{where} has no action" if "action" not in e else
-                           f"{where} has an action that is {describe(e['action'])}, not a string")
-        if "size" not in e:
-            raise ctx.fail(f"{where} has no 'size'")
-        for key in ("addr", "size", "stream", "time_us", "device_free"):
-            if key in e:
-                ctx.values.integer(e[key], f"{where} '{key}'", INT64_MIN, INT64_MAX)
-
-
 # Every figure fragviz derives (allocated, requested, reserved at any event; a block's end) is at most the sum
 # of the sizes in the file, or an address plus a size: bounding those keeps every figure inside int64.
 MAX_TOTAL_BYTES = 1 << 62
 
 
-def _check_totals(segments: tuple[Segment, ...], traces: dict[int, Trace], ctx: _Context) -> None:
+def _check_totals(segments: tuple[Segment, ...], traces: dict[int, Trace], ctx: ParseContext) -> None:
     total = float(sum(s.total_size + sum(b.size + b.requested_size for b in s.blocks) for s in segments))
     for dev, t in traces.items():
         total += float(t.size.astype(np.float64).sum())
@@ -470,7 +283,7 @@ def _check_totals(segments: tuple[Segment, ...], traces: dict[int, Trace], ctx: 
                        "real snapshot")
 
 
-def _check_devices(segments: tuple[Segment, ...], traces: dict[int, Trace], ctx: _Context) -> None:
+def _check_devices(segments: tuple[Segment, ...], traces: dict[int, Trace], ctx: ParseContext) -> None:
     by_device: dict[int, list[Segment]] = {}
     for s in segments:
         by_device.setdefault(s.device, []).append(s)
@@ -491,7 +304,7 @@ _GENERATIONS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _format_info(raw: RawSnapshot, ctx: _Context, segments_data: list, traces: dict[int, Trace]) -> FormatInfo:
+def _format_info(raw: RawSnapshot, ctx: ParseContext, segments_data: list, traces: dict[int, Trace]) -> FormatInfo:
     features = ctx.features
     if "segments_list" in features:
         generation, estimate = "segments-list", "torch.cuda.memory_snapshot() (any release; the only form before 2.0)"

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 import fragviz.snapshot.parse as parse
+import fragviz.snapshot.traces as traces
 from fragviz.base.errors import SnapshotFormatError
 from fragviz.model import NO_STACK
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.frames import StackInterner
 from fragviz.snapshot.loader import RawSnapshot
 from fragviz.allocator.synth import synthetic_snapshot
-from helpers import REAL, block, ev, frames, segment, snapshot
+from tests.support.helpers import REAL, block, ev, frames, segment, snapshot
 
 
 def raw_of(data, name="t.pickle") -> RawSnapshot:
@@ -40,7 +41,7 @@ def same_snapshot(a, b) -> None:
 def test_small_chunks_and_consume_give_the_parse_of_one_pass(monkeypatch):
     data = synthetic_snapshot(3000, seed=3)
     whole = parse.parse_snapshot(raw_of(copy.deepcopy(data)))
-    monkeypatch.setattr(parse, "TRACE_CHUNK", 7)
+    monkeypatch.setattr(traces, "TRACE_CHUNK", 7)
     kept = copy.deepcopy(data)
     chunked = parse.parse_snapshot(raw_of(kept))
     same_snapshot(whole, chunked)
@@ -54,7 +55,7 @@ def test_small_chunks_and_consume_give_the_parse_of_one_pass(monkeypatch):
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REAL, "*.pickle"))), ids=os.path.basename)
 def test_real_snapshots_parse_the_same_in_tiny_chunks(path, monkeypatch):
     whole = load_snapshot(path)
-    monkeypatch.setattr(parse, "TRACE_CHUNK", 5)
+    monkeypatch.setattr(traces, "TRACE_CHUNK", 5)
     with open(path, "rb") as fh:
         data = pickle.load(fh)  # noqa: S301  the test's own real snapshot
     same_snapshot(whole, parse.parse_snapshot(raw_of(data, whole.source), consume=True))
@@ -63,7 +64,7 @@ def test_real_snapshots_parse_the_same_in_tiny_chunks(path, monkeypatch):
 def test_a_bad_entry_in_a_later_chunk_is_named_by_its_index(monkeypatch):
     trace = [ev("alloc", 0x1000 * (i + 1), 512) for i in range(20)]
     trace[13]["size"] = "big"
-    monkeypatch.setattr(parse, "TRACE_CHUNK", 4)
+    monkeypatch.setattr(traces, "TRACE_CHUNK", 4)
     with pytest.raises(SnapshotFormatError, match="device 0's trace entry 13 'size'"):
         parse.parse_snapshot(raw_of(snapshot([], trace)))
     trace[13]["size"] = 512
