@@ -14,7 +14,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from fragviz.live.protocol import fits_bearer, names_this_machine
     from fragviz.base.settings import setting
     from fragviz.ui.factory import create_app
-    from fragviz.ui.guard import request_handler, serve
+    from fragviz.ui.http.guard import request_handler, serve
 
     token = args.token or os.environ.get("FRAGVIZ_TOKEN") or None
     if token is not None and not fits_bearer(token):

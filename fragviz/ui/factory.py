@@ -13,9 +13,9 @@ from fragviz.live.manager import LiveManager
 from fragviz.library import Library
 from fragviz.store.engine import open_store
 from fragviz.ui import ids
-from fragviz.ui.api import Writer, install_api
+from fragviz.ui.http.api import Writer, install_api
 from fragviz.ui.data import Views
-from fragviz.ui.guard import Door, install_guard
+from fragviz.ui.http.guard import Door, install_guard
 from fragviz.ui.jobs import JobRunner
 from fragviz.ui.pages import compare, doctor, job, library, live, snapshot, usage_callbacks, whatif
 from fragviz.ui.pages.common import error_panel, header
@@ -37,7 +37,7 @@ def create_app(db_path: str, token: str | None = None, samples: str | None = Non
     """The dashboard over the store at `db_path`; with `samples`, a new empty store gets those files ingested.
 
     `host` is the address it will listen on and `allowed_hosts` the other names clients call it by: every
-    request must name one of them in its Host header (see guard.py for the rest of the door)."""
+    request must name one of them in its Host header (see http/guard.py for the rest of the door)."""
     store = open_store(db_path)  # created, or its schema brought up to date, before anything reads it
     writer = Writer(db_path, store)
     reader = Library.open(store)

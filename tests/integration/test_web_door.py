@@ -560,14 +560,14 @@ def running(pid: int) -> bool:
 
 
 def ingest_child_of(pid: int) -> int | None:
-    """The `fragviz.ui.ingest_child` process whose parent is `pid`, if there is one."""
+    """The `fragviz.ui.http.ingest_child` process whose parent is `pid`, if there is one."""
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/stat") as fh:
                 if int(fh.read().rsplit(")", 1)[1].split()[1]) != pid:
                     continue
             with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                if b"fragviz.ui.ingest_child" in fh.read():
+                if b"fragviz.ui.http.ingest_child" in fh.read():
                     return int(entry)
         except (OSError, ValueError, IndexError):
             continue

@@ -39,7 +39,7 @@ RANKS = {
     "ui": 9,
 }
 # The one import across the top: the upload child process runs the command line's `fragviz ingest`.
-CROSSINGS = {("ui/ingest_child.py", "fragviz.cli")}
+CROSSINGS = {("ui/http/ingest_child.py", "fragviz.cli")}
 TOP_LEVEL_MODULES = {"__init__.py", "__main__.py"}
 
 
@@ -202,11 +202,11 @@ def test_the_ui_reads_through_the_library_not_the_store():
     """Pages and callbacks never open a connection: the UI reads through fragviz.library (which composes the
     store's records and the replay); only the app factory and the API's writer open the store itself."""
     offenders = {}
-    for folder, _, files in os.walk(os.path.join(PACKAGE, "ui")):
-        for f in files:
-            if f.endswith(".py") and f not in ("factory.py", "api.py"):
-                bad = {n for n in imports_of(os.path.join(folder, f))
-                       if n.startswith(("fragviz.store.engine", "fragviz.store.writer", "sqlalchemy", "sqlite3"))}
-                if bad:
-                    offenders[f] = sorted(bad)
+    for path in python_files():
+        rel = os.path.relpath(path, PACKAGE).replace(os.sep, "/")
+        if room_of_path(path) == "ui" and rel not in ("ui/factory.py", "ui/http/api.py"):
+            bad = {n for n in imports_of(path)
+                   if n.startswith(("fragviz.store.engine", "fragviz.store.writer", "sqlalchemy", "sqlite3"))}
+            if bad:
+                offenders[rel] = sorted(bad)
     assert offenders == {}

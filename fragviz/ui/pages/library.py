@@ -4,7 +4,7 @@ from __future__ import annotations
 from dash import Input, Output, dcc, html
 
 from fragviz.ui import ids
-from fragviz.ui.api import snapshot_entry
+from fragviz.ui.http.api import snapshot_entry
 from fragviz.ui.pages.common import card, fb, header
 from fragviz.ui.pages.job import jobs_table
 

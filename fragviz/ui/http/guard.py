@@ -14,7 +14,7 @@ Every request passes `check_request`, a Flask before_request hook that create_ap
 Every answer says it may not be framed (X-Frame-Options: DENY, CSP frame-ancestors 'none'), and a Dash
 callback whose JSON body is nested too deep to decode gets 400 and one line, not a 500.
 
-`serve` runs werkzeug's threaded server whose connections read under a fragviz.ui.pace.Pace (a client silent
+`serve` runs werkzeug's threaded server whose connections read under a fragviz.ui.http.pace.Pace (a client silent
 for read_timeout is dropped; an upload slower than upload_min_rate too), logs no token, and on SIGTERM or
 SIGINT stops in order: what the app registered in `server.extensions[ON_STOP]` runs (the ingest children
 end, the spool with every temporary file is removed).
@@ -39,7 +39,7 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 
 from fragviz.live.protocol import (bearer_token, bind_address, is_loopback, names_this_machine, split_host_header,
                                    tokens_match)
-from fragviz.ui.pace import PACE_KEY, Pace, PacedReader
+from fragviz.ui.http.pace import PACE_KEY, Pace, PacedReader
 
 SESSION_COOKIE = "fragviz_session"  # the prefix: each server's cookie is named for its port (session_cookie)
 _SESSION_LABEL = b"fragviz dashboard session v2"
@@ -271,7 +271,7 @@ class DoorRequestHandler(WSGIRequestHandler):
 
     def make_environ(self) -> dict[str, Any]:
         environ = super().make_environ()
-        environ[PACE_KEY] = self.pace  # fragviz.ui.uploads asks it for the upload's rate
+        environ[PACE_KEY] = self.pace  # fragviz.ui.http.uploads asks it for the upload's rate
         return environ
 
     def log(self, type: str, message: str, *args: Any) -> None:  # noqa: A002  (werkzeug's signature)

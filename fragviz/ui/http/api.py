@@ -1,7 +1,7 @@
 """The HTTP API on the dashboard's server, for scripts and checks.
 
-Uploads (POST /api/snapshots) are received by fragviz.ui.uploads into the server's spool, then ingested by a
-child process (fragviz.ui.ingest_child) that ends when the client goes away or the server stops. An upload
+Uploads (POST /api/snapshots) are received by fragviz.ui.http.uploads into the server's spool, then ingested by a
+child process (fragviz.ui.http.ingest_child) that ends when the client goes away or the server stops. An upload
 that names itself (X-Upload-Id) can be followed while it is ingested: GET /api/uploads/<id> gives its phase,
 the events replayed and, as soon as the trace is parsed, the first picture (fragviz.replay.preview).
 """
@@ -20,10 +20,10 @@ from fragviz.jobs.table import job_figures_of, ranks_csv
 from fragviz.doctor.report import report_dict
 from fragviz.library import Library
 from fragviz.store.engine import Store
-from fragviz.ui.export_api import add_export_routes
-from fragviz.ui.guard import ON_STOP
-from fragviz.ui.ingest_child import Abandoned, ChildIngest, Stopping, run_child
-from fragviz.ui.uploads import RETRY_AFTER, UploadRefused, Uploads, client_gone
+from fragviz.ui.http.export_api import add_export_routes
+from fragviz.ui.http.guard import ON_STOP
+from fragviz.ui.http.ingest_child import Abandoned, ChildIngest, Stopping, run_child
+from fragviz.ui.http.uploads import RETRY_AFTER, UploadRefused, Uploads, client_gone
 
 MAX_REQUEST_BODY = 16 * 1024**2  # any other request's body (Dash's callbacks send a few KiB)
 
@@ -53,7 +53,7 @@ class Writer:
 
 
 def ingest_in_child(db: str, job: ChildIngest, abandoned: Callable[[], bool] = lambda: False) -> IngestResult:
-    """`job` ingested into the store `db` by a child process (fragviz.ui.ingest_child)."""
+    """`job` ingested into the store `db` by a child process (fragviz.ui.http.ingest_child)."""
     # the store goes by the environment: a server URL's password never shows in the process list
     try:
         status, out, err = run_child(job, {**os.environ, "FRAGVIZ_DB": db}, abandoned)

@@ -1,11 +1,11 @@
-"""Uploads as the dashboard's server receives them (POST /api/snapshots, routed in fragviz.ui.api).
+"""Uploads as the dashboard's server receives them (POST /api/snapshots, routed in fragviz.ui.http.api).
 
 The file comes as the body (`application/octet-stream`, its name URL-quoted in X-Filename) or as the
-multipart field `file`, and is streamed to a temporary file in the server's spool folder (fragviz.ui.spool)
+multipart field `file`, and is streamed to a temporary file in the server's spool folder (fragviz.ui.http.spool)
 in chunks, never held in memory: the size limit (max_upload_size) is counted as the bytes arrive; at most
 upload_slots are received at once (503 and Retry-After beyond, at once, never queued); a client silent for
 read_timeout is dropped (guard.serve), and so is one whose upload brings fewer than upload_min_rate bytes a
-second over a read_timeout (fragviz.ui.pace), so that trickling clients cannot hold the slots. The
+second over a read_timeout (fragviz.ui.http.pace), so that trickling clients cannot hold the slots. The
 temporary files are always removed: when the upload is done, and with the spool when the server stops.
 
 An upload that names itself (X-Upload-Id) can be followed while it is ingested (`Uploads.progress`), from
@@ -31,9 +31,9 @@ from fragviz.base.errors import FragvizError, NotFoundError
 from fragviz.library.ingest import clean_name
 from fragviz.base.progress import read_progress
 from fragviz.base.settings import setting
-from fragviz.ui.ingest_child import stop_all
-from fragviz.ui.pace import PACE_KEY, TooSlow
-from fragviz.ui.spool import Spool
+from fragviz.ui.http.ingest_child import stop_all
+from fragviz.ui.http.pace import PACE_KEY, TooSlow
+from fragviz.ui.http.spool import Spool
 from fragviz.base.units import format_bytes
 
 CHUNK = 1024 * 1024
@@ -75,7 +75,7 @@ FINISHED_KEPT = 16
 
 class Uploads:
     """Receives uploads into temporary files in the server's spool: at most `slots` at once, none larger than
-    `max_size` bytes, none slower than `min_rate` bytes a second over a window (fragviz.ui.pace)."""
+    `max_size` bytes, none slower than `min_rate` bytes a second over a window (fragviz.ui.http.pace)."""
 
     def __init__(self, max_size: int, slots: int, min_rate: float = 0, spool: Spool | None = None) -> None:
         self.max_size = max_size

@@ -1,4 +1,4 @@
-"""An upload ingested in a child process (`python -m fragviz.ui.ingest_child SPEC`), both ends.
+"""An upload ingested in a child process (`python -m fragviz.ui.http.ingest_child SPEC`), both ends.
 
 The server (`ingest_in_child`) runs `fragviz ingest` in a child because a single-threaded process caps its
 own address space while it unpickles (fragviz.snapshot.loader), which a threaded server cannot. The child
@@ -43,7 +43,7 @@ class ChildIngest:
     parent: int = 0
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "fragviz.ui.ingest_child", json.dumps(asdict(self))]
+        return [sys.executable, "-m", "fragviz.ui.http.ingest_child", json.dumps(asdict(self))]
 
     def ingest_argv(self) -> list[str]:
         """`fragviz ingest`'s arguments: every value glued to its option, the file after `--`."""
