@@ -1,4 +1,4 @@
-"""The README's screenshots of the snapshot page's views, taken from a real server in headless Chromium.
+"""The docs' screenshots of the snapshot page's views, taken from a real server in headless Chromium.
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 

@@ -1,6 +1,6 @@
-"""The README's Prometheus alert rules (docs/prometheus/fragviz-alerts.yml): Prometheus's own promtool checks
-them and runs their unit tests (they fire on a fragmented device, not on a healthy one, a small one or a short
-spike), and every metric they name is one the agent exports."""
+"""The Prometheus alert rules (docs/prometheus/fragviz-alerts.yml, shown as they are on docs/prometheus.md):
+Prometheus's own promtool checks them and runs their unit tests (they fire on a fragmented device, not on a
+healthy one, a small one or a short spike), and every metric they name is one the agent exports."""
 from __future__ import annotations
 
 import os
@@ -39,8 +39,8 @@ def test_the_rules_name_only_metrics_the_agent_exports():
     assert named and named <= exported, named - exported
 
 
-def test_the_readme_shows_the_rules_as_they_are():
-    readme = open(os.path.join(ROOT, "README.md")).read()
+def test_the_prometheus_page_shows_the_rules_as_they_are():
+    page = open(os.path.join(ROOT, "docs", "prometheus.md")).read()
     rules = open(RULES).read()
     body = rules[rules.index("groups:"):]
-    assert body in readme
+    assert body in page

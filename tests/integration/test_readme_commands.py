@@ -1,7 +1,9 @@
 """The README's commands work as written after set-up: `.venv/bin/fragviz` exists and runs, and every
-`fragviz <subcommand>` the README shows (code blocks and inline code) is a real subcommand."""
+`fragviz <subcommand>` the README and the docs site's pages (docs/*.md, SECURITY.md) show, in code blocks and
+inline code, is a real subcommand; between them they show every one."""
 from __future__ import annotations
 
+import glob
 import os
 import re
 import subprocess
@@ -9,6 +11,7 @@ import subprocess
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FRAGVIZ = os.path.join(ROOT, ".venv", "bin", "fragviz")  # what `source .venv/bin/activate` puts on PATH
 README = os.path.join(ROOT, "README.md")
+PAGES = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) + [os.path.join(ROOT, "SECURITY.md")]
 
 
 def code_texts(markdown: str) -> list[str]:
@@ -45,15 +48,28 @@ def test_the_console_script_runs_after_setup():
     assert out.returncode == 0 and out.stdout.startswith("usage: fragviz"), out.stderr
 
 
+def named_in(path: str) -> set[str]:
+    return {c for t in code_texts(open(path, encoding="utf-8").read()) for c in commands_named(t)}
+
+
 def test_every_subcommand_the_readme_names_is_real():
-    named = {c for t in code_texts(open(README, encoding="utf-8").read()) for c in commands_named(t)}
+    named = named_in(README)
     real = real_subcommands()
-    # the README shows most of them: a parser that found none would pass vacuously
-    assert {"ingest", "report", "simulate", "doctor", "capture", "run", "attach", "limits", "serve"} <= named
+    # the front door's first five minutes: a parser that found none would pass vacuously
+    assert {"capture", "ingest", "doctor", "report", "run", "attach"} <= named
     assert named <= real, f"the README names subcommands fragviz does not have: {sorted(named - real)}"
     for sub in sorted(named):
         out = subprocess.run([FRAGVIZ, sub, "--help"], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, (sub, out.stderr)
+
+
+def test_every_subcommand_the_docs_name_is_real_and_every_one_is_shown():
+    assert len(PAGES) > 10, "the docs site's pages are docs/*.md"
+    real = real_subcommands()
+    wrong = {os.path.relpath(p, ROOT): sorted(named_in(p) - real) for p in PAGES if named_in(p) - real}
+    assert wrong == {}, f"pages name subcommands fragviz does not have: {wrong}"
+    shown = named_in(README).union(*(named_in(p) for p in PAGES))
+    assert shown == real, f"subcommands no page shows: {sorted(real - shown)}"
 
 
 def test_the_readme_says_how_to_get_fragviz_on_path_under_the_setup_commands():

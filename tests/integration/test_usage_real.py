@@ -115,9 +115,9 @@ def test_kind_rules_from_fragviz_toml_change_the_report(tmp_path):
     assert bad.returncode == 2 and str(config) in bad.stderr and "not a regular expression" in bad.stderr
 
 
-def test_the_readme_kinds_example_claims_the_samples_kv_cache(tmp_path):
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+def test_the_docs_kinds_example_claims_the_samples_kv_cache(tmp_path):
+    page = open(os.path.join(ROOT, "docs", "report.md")).read()  # the [kinds] example of the reports page
+    block = page.split("```toml\n", 1)[1].split("```", 1)[0]
     assert block.startswith("[kinds]")
     config = tmp_path / "fragviz.toml"
     config.write_text(block)
