@@ -20,8 +20,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "tests"))  # before scripts/: `fuzz` is the tests/fuzz package
-sys.path.insert(1, REPO)
+sys.path.insert(0, REPO)  # run as a file from scripts/: the repository's root, where the tests package is
 REAL = os.path.normpath(os.path.join(REPO, "..", "shared", "real_snapshots"))
 
 
@@ -54,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 # The plain run: corpora, then hypothesis batches ---------------------------------------------------
 def run_hypothesis(args: argparse.Namespace) -> int:
     sys.stdout.reconfigure(errors="backslashreplace")  # inputs' names and messages can hold lone surrogates
-    from fuzz.harness import Pool, group
+    from tests.fuzz.harness import Pool, group
 
     pool = Pool(args.real, workers=args.workers, deadline=args.deadline,
                 memory_limit=int(args.memory_gb * (1 << 30)))
@@ -70,7 +69,7 @@ def run_hypothesis(args: argparse.Namespace) -> int:
 
     try:
         if not args.no_corpus:
-            from fuzz import gzip_cases, hostile, json_cases, strategies
+            from tests.fuzz import gzip_cases, hostile, json_cases, strategies
 
             corpus = (hostile.all_cases(args.real) + gzip_cases.cases() + json_cases.cases()
                       + strategies.seed_cases(args.real))
@@ -94,7 +93,7 @@ def run_hypothesis(args: argparse.Namespace) -> int:
 
 def generated(args: argparse.Namespace, batch: int):
     """Structured and byte-mutated inputs of one batch, interleaved (drawn in the feeder thread as the batch starts)."""
-    from fuzz import strategies
+    from tests.fuzz import strategies
 
     seed = args.seed * 100_003 + batch
     structured = strategies.structured_cases(args.real, args.batch * 3 // 5, seed)
@@ -107,7 +106,7 @@ def generated(args: argparse.Namespace, batch: int):
 
 
 def status_line(outcomes: list, started: float) -> str:
-    from fuzz.harness import group
+    from tests.fuzz.harness import group
 
     failed = sum(1 for o in outcomes if o.failures)
     return (f"[{(time.monotonic() - started) / 60:5.1f} min] inputs run: {len(outcomes)}, failed: {failed}, "
@@ -115,7 +114,7 @@ def status_line(outcomes: list, started: float) -> str:
 
 
 def write_findings(args: argparse.Namespace, pool, groups: dict) -> None:
-    from fuzz.minimize import minimize
+    from tests.fuzz.minimize import minimize
 
     os.makedirs(args.out, exist_ok=True)
     summary = []
@@ -163,7 +162,7 @@ def run_atheris(args: argparse.Namespace) -> int:
     import subprocess
     import tempfile
 
-    from fuzz import strategies
+    from tests.fuzz import strategies
 
     os.makedirs(args.out, exist_ok=True)
     corpus = tempfile.mkdtemp(prefix="fragviz-atheris-")
@@ -192,9 +191,9 @@ def atheris_child(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from fuzz import canary  # noqa: F401
-    from fuzz.harness import BASELINE_SNAPSHOT, _Checker
-    from fuzz.hostile import register_extensions
+    from tests.fuzz import canary  # noqa: F401
+    from tests.fuzz.harness import BASELINE_SNAPSHOT, _Checker
+    from tests.fuzz.hostile import register_extensions
 
     from fragviz.library.ingest import ingest_file
     from fragviz.store.engine import open_store

@@ -1,11 +1,8 @@
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from helpers import REAL  # noqa: E402
+from tests.support.helpers import REAL
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +16,7 @@ def real_dir() -> str:
 @pytest.fixture
 def pg_url():
     """A fresh database on the test PostgreSQL server (dropped afterwards)."""
-    from pg import drop_database, new_database
+    from tests.support.pg import drop_database, new_database
 
     url = new_database()
     yield url
@@ -29,7 +26,7 @@ def pg_url():
 @pytest.fixture(params=("sqlite", "postgresql"))
 def store_db(request, tmp_path):
     """A store for one test, on each engine in turn: a SQLite path or a PostgreSQL URL."""
-    from pg import drop_store_target, new_store_target
+    from tests.support.pg import drop_store_target, new_store_target
 
     target = new_store_target(request.param, tmp_path)
     yield target

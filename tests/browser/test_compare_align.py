@@ -9,10 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, Server
+from tests.support.helpers import ROOT
+from tests.support.server import Server
 from fragviz.replay.analysis import analyze
 from fragviz.snapshot import load_snapshot
-from step_traces import step_starts, with_snapshot_actions, with_step_annotations
+from tests.support.step_traces import step_starts, with_snapshot_actions, with_step_annotations
 
 TIMED, UNTIMED = "hanmin_train_19k.pickle", "ftcourse.pickle"
 

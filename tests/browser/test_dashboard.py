@@ -9,16 +9,12 @@ import urllib.error
 import urllib.request
 import uuid
 
-from conftest import ROOT, Server
-from helpers import REAL, MiB, block, ev, segment, snapshot, write_pickle
+from tests.support.helpers import REAL, ROOT, MiB, block, ev, segment, snapshot, write_pickle
+from tests.support.pages import post_file, upload, wait_for_plot
+from tests.support.server import Server
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 SMALL = os.path.join(REAL, "cs336silmont_small.pickle")
-
-
-def wait_for_plot(page, graph_id: str, timeout: int = 30000) -> None:
-    page.wait_for_function(f"(() => {{ const p = document.querySelector('#{graph_id} .js-plotly-plot');"
-                           f" return p && p._fullData && p._fullData.length > 0; }})()", timeout=timeout)
 
 
 def click_widest_block(page, trace: int = 0) -> None:
@@ -29,14 +25,6 @@ def click_widest_block(page, trace: int = 0) -> None:
     box = max((b.bounding_box() for b in bars), key=lambda bb: bb["width"] if bb else 0)
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-
-
-def upload(page, server, *paths: str) -> None:
-    page.goto(server.url + "/")
-    page.wait_for_selector("#upload input[type=file]", state="attached")
-    page.set_input_files("#upload input[type=file]", list(paths))
-    page.wait_for_function(f"document.querySelectorAll('#upload-results .fv-upload-row.fv-ok, "
-                           f"#upload-results .fv-upload-row.fv-bad').length >= {len(paths)}", timeout=120000)
 
 
 def test_upload_a_real_snapshot_and_a_bad_file(page, server, tmp_path):
@@ -132,21 +120,6 @@ def test_the_http_api(server, tmp_path):
         assert exc.code == 404 and "no snapshot with id 99999" in json.loads(exc.read())["error"]
     else:
         raise AssertionError("an unknown id must be a 404")
-
-
-def post_file(server, path, data: bytes | None = None, name: str | None = None):
-    data = data if data is not None else open(path, "rb").read()
-    name = name or os.path.basename(path)
-    boundary = uuid.uuid4().hex
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n"
-            f"Content-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
-    req = urllib.request.Request(server.url + "/api/snapshots", data=body, method="POST",
-                                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return json.loads(resp.read()), resp.status
-    except urllib.error.HTTPError as exc:
-        return json.loads(exc.read()), exc.code
 
 
 def test_an_access_token_protects_pages_and_api(page, tmp_path):

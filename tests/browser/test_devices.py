@@ -17,8 +17,8 @@ import sys
 
 import pytest
 
-from conftest import Server
-from helpers import REAL, write_pickle
+from tests.support.server import Server
+from tests.support.helpers import REAL, write_pickle
 
 from fragviz.base.units import format_bytes
 

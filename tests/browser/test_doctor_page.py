@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from conftest import Server
-from helpers import REAL, MiB, block, ev, segment, snapshot, write_pickle
+from tests.support.server import Server
+from tests.support.helpers import REAL, MiB, block, ev, segment, snapshot, write_pickle
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 SAMPLES_MD = open(os.path.join(REAL, "text", "memory_summary_samples.md"), encoding="utf-8").read()

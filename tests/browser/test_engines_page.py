@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from conftest import Server
-from pg import ENGINES, drop_store_target, new_store_target
+from tests.support.server import Server
+from tests.support.pg import ENGINES, drop_store_target, new_store_target
 from fragviz.library import Library
-from helpers import REAL
-from test_dashboard import upload, wait_for_plot
+from tests.support.helpers import REAL
+from tests.support.pages import upload, wait_for_plot
 
 SMALL = os.path.join(REAL, "cs336silmont_small.pickle")
 

@@ -14,7 +14,8 @@ import urllib.request
 import pandas as pd
 import pytest
 
-from conftest import ROOT, Server
+from tests.support.helpers import ROOT
+from tests.support.server import Server
 
 SAMPLES = os.path.join(ROOT, "sample_snapshots")
 TRAIN = os.path.join(SAMPLES, "gpt_train.pickle.gz")

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT, Server
-from helpers import REAL
+from tests.support.helpers import REAL, ROOT
+from tests.support.server import Server
 
 from fragviz.jobs.table import job_figures_of
 from fragviz.store.reader import StoreReader

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT, Server
-from helpers import REAL
+from tests.support.helpers import REAL, ROOT
+from tests.support.server import Server
 
 from fragviz.replay.analysis import analyze
 from fragviz.snapshot import load_snapshot

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 
-from conftest import ROOT, Server, free_port
+from tests.support.helpers import ROOT, free_port, wait_for
+from tests.support.server import Server
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 TRAIN_LOOP = os.path.join(ROOT, "tests", "live", "train_loop.py")
@@ -28,18 +28,20 @@ class Job:
             cmd += ["--token", token]
         cmd += ["--", sys.executable, TRAIN_LOOP, "--step-ms", "30", "--trigger", self.trigger, *args]
         self.proc = subprocess.Popen(cmd, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.time() + 90
-        while time.time() < deadline:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+        def answers() -> bool:
             try:
-                headers = {"Authorization": f"Bearer {token}"} if token else {}
                 urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/stats",
                                                               headers=headers), timeout=2)
-                return
             except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError("the job exited: " + self.proc.stderr.read().decode()[-2000:])
-                time.sleep(0.3)
-        raise RuntimeError("the job's agent did not answer within 90 s")
+                return False
+            return True
+
+        def gone() -> str | None:
+            return None if self.proc.poll() is None else "the job exited: " + self.proc.stderr.read().decode()[-2000:]
+
+        wait_for(answers, f"the job's agent on port {self.port}", deadline=90, interval=0.3, gone=gone)
 
     @property
     def target(self) -> str:

@@ -1,9 +1,9 @@
 """The snapshot page of a real file with private pools and pending frees, in a real browser."""
 from __future__ import annotations
 
-from helpers import MiB, real
+from tests.support.helpers import MiB, real
 from fragviz.snapshot import read_raw
-from test_dashboard import upload, wait_for_plot
+from tests.support.pages import upload, wait_for_plot
 
 VERL = real("verl_mempools_pending.pickle")
 

@@ -11,7 +11,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from conftest import Server
+from tests.support.server import Server
 from fragviz.replay.analysis import analyze
 from fragviz.library.ingest import ingest_file
 from fragviz.model import BlockState
@@ -19,7 +19,7 @@ from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.frames import is_user_frame
 from fragviz.store.engine import open_store
 from fragviz.usage.sites import site_label
-from helpers import real
+from tests.support.helpers import real
 
 FILES = ("verl_mempools_pending.pickle", "nuggets_nightly_mini.pickle", "hanmin_train_19k.pickle",
          "cs336kk_notrace_75gb.pickle", "selectn_dev1_notrace.pickle", "layoutedit_segments_only.pickle",

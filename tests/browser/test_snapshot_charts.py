@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 import uuid
 
-from annotated_trace import SPANS_BY_EVENT, SPANS_BY_TIME, annotated_snapshot
-from helpers import real, write_pickle
+from tests.support.annotated_trace import SPANS_BY_EVENT, SPANS_BY_TIME, annotated_snapshot
+from tests.support.helpers import real, write_pickle
 from fragviz.snapshot import read_raw
-from test_dashboard import post_file, wait_for_plot
+from tests.support.pages import post_file, wait_for_plot
 
 VERL = real("verl_mempools_pending.pickle")  # 127 segments in 3 pools, 8 of them without a live block
 PLOT = "document.querySelector('#{0} .js-plotly-plot')"

@@ -15,12 +15,12 @@ import uuid
 
 import pytest
 
-from conftest import Server
+from tests.support.server import Server
 from fragviz.replay.analysis import analyze
 from fragviz.replay.preview import POINTS
 from fragviz.snapshot import load_snapshot
 from fragviz.allocator.synth import synthetic_snapshot
-from test_dashboard import upload
+from tests.support.pages import upload
 
 
 def gib(n: int) -> str:

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from conftest import ROOT, Server
+from tests.support.helpers import REAL, ROOT
+from tests.support.server import Server
 from fragviz.replay.analysis import analyze
 from fragviz.snapshot import load_snapshot
 from fragviz.ui.ids import KIND_NOTES
 from fragviz.usage.stackless import BEFORE_RECORDING, INFERRED_TEXT, REASON_TEXT
-from helpers import REAL
 
 HANMIN = os.path.join(REAL, "hanmin_train_19k.pickle")
 FULLSTEP = os.path.join(REAL, "cs336kk_ctx128_fullstep.pickle")

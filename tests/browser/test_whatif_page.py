@@ -9,8 +9,7 @@ import pickle
 import urllib.request
 import uuid
 
-from conftest import ROOT
-from helpers import REAL
+from tests.support.helpers import REAL, ROOT
 
 FRAG_SAMPLE = os.path.join(ROOT, "sample_snapshots", "gpt_train_fragmentation_oom.pickle.gz")
 

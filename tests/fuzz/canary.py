@@ -1,6 +1,6 @@
 """Classes that write a canary file when a pickle gets them to run, and the canary's location.
 
-The harness's worker imports this module, so a pickle that names `fuzz.canary.SetstateCanary` would find
+The harness's worker imports this module, so a pickle that names `tests.fuzz.canary.SetstateCanary` would find
 it in an unrestricted unpickler: any file that appears in CANARY_DIR means code from an input ran.
 """
 from __future__ import annotations

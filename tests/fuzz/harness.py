@@ -292,8 +292,8 @@ def worker_main() -> None:
     limit = int(os.environ.get("FRAGVIZ_FUZZ_AS", MEMORY_LIMIT))
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     faulthandler.enable(sys.stderr)
-    from fuzz import canary  # noqa: F401 - the canary classes an unrestricted unpickler could find
-    from fuzz.hostile import register_extensions
+    from tests.fuzz import canary  # noqa: F401 - the canary classes an unrestricted unpickler could find
+    from tests.fuzz.hostile import register_extensions
 
     import fragviz.replay.analysis  # noqa: F401 - imported before the first input, not timed with it
     import fragviz.doctor  # noqa: F401
@@ -352,8 +352,9 @@ class Worker:
         env = dict(os.environ, FRAGVIZ_FUZZ_AS=str(self.pool.memory_limit), OPENBLAS_NUM_THREADS="1",
                    OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0", PYTHONFAULTHANDLER="1")
         env["FRAGVIZ_FUZZ_CANARY_DIR"] = self.pool.canary_dir
-        env["PYTHONPATH"] = os.pathsep.join([TESTS_DIR, REPO] + [p for p in [env.get("PYTHONPATH")] if p])
-        code = "from fuzz.harness import worker_main; worker_main()"
+        # the repository's root, where the worker finds the tests package (its cwd is its own folder)
+        env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
+        code = "from tests.fuzz.harness import worker_main; worker_main()"
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.err, env=env, cwd=self.dir, start_new_session=True)
         line = self._readline(120)

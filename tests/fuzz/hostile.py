@@ -1,6 +1,6 @@
 """Hand-built hostile pickles: every opcode that can name a global or call, memo bombs, depth, huge numbers.
 
-Each code-running case aims at the canary (fuzz.canary): if fragviz ever ran it, a file would appear in
+Each code-running case aims at the canary (tests.fuzz.canary): if fragviz ever ran it, a file would appear in
 the canary folder. The payloads are opcode fragments (encode.Raw) placed inside real-looking snapshot
 dicts, at the top level and deep, and written in every protocol 0-5.
 """
@@ -19,7 +19,7 @@ from .encode import Nest, PickleWriter, Raw, to_pickle
 
 # Extension codes the worker registers with copyreg (EXT1, EXT2, EXT4): an unpickler that honoured the
 # registry without asking find_class would call these.
-EXTENSIONS = {0xC8: ("os", "system"), 0x1234: ("builtins", "exec"), 0x123456: ("fuzz.canary", "write_canary")}
+EXTENSIONS = {0xC8: ("os", "system"), 0x1234: ("builtins", "exec"), 0x123456: ("tests.fuzz.canary", "write_canary")}
 
 
 def register_extensions() -> list[int]:
@@ -112,8 +112,8 @@ def targets() -> list[tuple[str, str, tuple]]:
         ("builtins", "eval", (f"__import__('os').system({cmd('eval')!r})",)),
         ("builtins", "open", (path("open"), "w")),
         ("io", "open", (path("io-open"), "w")),
-        ("fuzz.canary", "write_canary", ()),
-        ("fuzz.canary", "NewCanary", ()),
+        ("tests.fuzz.canary", "write_canary", ()),
+        ("tests.fuzz.canary", "NewCanary", ()),
     ]
 
 
@@ -158,8 +158,8 @@ CALL_ROUTES = ("global", "stack_global", "inst", "obj", "ext1", "ext2", "ext4", 
 def object_ops(p: int) -> dict[str, bytes]:
     """Routes that need no target: BUILD, NEWOBJ, NEWOBJ_EX, PERSID, BINPERSID, and plain-object misuses."""
     d = canary_dir()
-    setstate = b"cfuzz.canary\nSetstateCanary\n"
-    new = b"cfuzz.canary\nNewCanary\n"
+    setstate = b"ctests.fuzz.canary\nSetstateCanary\n"
+    new = b"ctests.fuzz.canary\nNewCanary\n"
     return {
         "build-setstate": setstate + b")\x81" + b"}" + _ops("x", p) + _ops(1, p) + b"sb",
         "build-obj": b"(" + setstate + b"o" + _ops({"k": 1}, p) + b"b",
@@ -169,7 +169,7 @@ def object_ops(p: int) -> dict[str, bytes]:
         "newobj-args": new + _ops((1, 2), p) + b"\x81",
         "newobj-ex": new + b")}\x92",
         "newobj-ex-kwargs": new + b")" + _ops({"a": 1}, p) + b"\x92",
-        "newobj-stack-global": _ops("fuzz.canary", 1) + _ops("NewCanary", 1) + b"\x93)\x81",
+        "newobj-stack-global": _ops("tests.fuzz.canary", 1) + _ops("NewCanary", 1) + b"\x93)\x81",
         "persid": b"P" + f"os.system:touch {d}/ran-persid".encode() + b"\n",
         "binpersid": _ops(f"os.system:touch {d}/ran-binpersid", p) + b"Q",
         "binpersid-tuple": _ops(("os", "system", f"touch {d}/ran-binpersid2"), p) + b"Q",

@@ -18,16 +18,11 @@ import urllib.request
 import pytest
 
 from fragviz.live.door import HEADER_BYTES, MAX_CONNECTIONS
+from tests.support.helpers import TESTS, free_port, wait_for
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
-LOOP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "live", "train_loop.py")
+LOOP = os.path.join(TESTS, "live", "train_loop.py")
 DEADLINE = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def proc_status(pid: int, field: str) -> int:
@@ -40,16 +35,6 @@ def stats(port: int) -> dict | None:
         return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/stats", timeout=10).read())
     except (OSError, ValueError):
         return None
-
-
-def wait_for(condition, what: str):
-    end = time.monotonic() + DEADLINE
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @pytest.fixture

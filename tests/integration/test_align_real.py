@@ -16,8 +16,8 @@ from fragviz.library import Library
 from fragviz.snapshot import load_snapshot
 from fragviz.ui.compare_data import CompareViews
 from fragviz.ui.data import Views
-from helpers import real
-from step_traces import STEP, step_starts, with_snapshot_actions, with_step_annotations
+from tests.support.helpers import real
+from tests.support.step_traces import STEP, step_starts, with_snapshot_actions, with_step_annotations
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMED = "hanmin_train_19k.pickle"  # 19,464 timed events and two annotations used once each

@@ -1,12 +1,12 @@
 """external_annotations as spans: START/END pairs matched by name, placed on the trace by their times."""
 from __future__ import annotations
 
-from annotated_trace import SPANS_BY_EVENT, T0, annotated_snapshot
+from tests.support.annotated_trace import SPANS_BY_EVENT, T0, annotated_snapshot
 from fragviz.library.ingest import ingest_file
 from fragviz.snapshot import read_raw
 from fragviz.library import Library, pair_annotations
 from fragviz.store.engine import open_store
-from helpers import real, write_pickle
+from tests.support.helpers import real, write_pickle
 
 
 def test_pairs_match_by_name_and_nest():

@@ -28,7 +28,7 @@ from fragviz.base.limits import Limits
 from fragviz.snapshot.inflate import inflate
 from fragviz.snapshot.jsonparse import json_estimate
 from fragviz.snapshot.loader import decode_bytes, decode_file
-from helpers import REAL
+from tests.support.helpers import REAL
 
 FRAGVIZ = [sys.executable, "-m", "fragviz"]
 MEMORY_LIMIT = 3 * 1024**3

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from fragviz.snapshot import read_raw
-from helpers import REAL, write_pickle
+from tests.support.helpers import REAL, write_pickle
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 SMALL = os.path.join(REAL, "cs336silmont_small.pickle")

@@ -45,10 +45,10 @@ from fragviz.library.ingest import ingest_file
 from fragviz.library import Library
 from fragviz.store.engine import open_store
 from fragviz.library.stored import CHUNK_EVENTS
-from helpers import REAL
+from tests.support import helpers
+from tests.support.helpers import REAL, TESTS
 
 FRAGVIZ = [sys.executable, "-m", "fragviz"]
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_LOOP = os.path.join(TESTS, "live", "train_loop.py")
 SEED_FILE = os.path.join(REAL, "cs336silmont_small.pickle")  # what every store holds before the crash
 KILLED_FILES = [os.path.join(REAL, f"{name}.pickle") for name in (
@@ -80,16 +80,12 @@ def ingest(db: str, *files: str) -> subprocess.CompletedProcess:
 
 
 def wait_for(condition, what: str, proc: subprocess.Popen | None = None, err_path: str | None = None) -> Any:
-    end = time.monotonic() + DEADLINE
-    while True:
-        value = condition()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"exited ({proc.returncode}) while waiting for {what}:\n{read(err_path)[-3000:]}")
-        if time.monotonic() > end:
-            pytest.fail(f"gave up after {DEADLINE:.0f} s waiting for {what}:\n{read(err_path)[-3000:]}")
-        time.sleep(0.05)
+    """helpers.wait_for, failing at once when `proc` exits, with the end of its stderr (`err_path`)."""
+    def gone() -> str | None:
+        return f"exited ({proc.returncode})" if proc is not None and proc.poll() is not None else None
+
+    return helpers.wait_for(condition, what, deadline=DEADLINE, interval=0.05, gone=gone,
+                            tail=lambda: f":\n{read(err_path)[-3000:]}")
 
 
 def read(path: str | None) -> str:

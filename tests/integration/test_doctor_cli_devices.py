@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from helpers import REAL
+from tests.support.helpers import REAL
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from helpers import REAL, block, ev, segment, snapshot, write_pickle
+from tests.support.helpers import REAL, block, ev, segment, snapshot, write_pickle
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 KiB, MiB = 1024, 1024**2

@@ -14,12 +14,12 @@ import sys
 
 import pytest
 
-from expandable_traces import A100_40GB_TOTAL, H100_TOTAL, MiB, expandable_snapshot, ring_buffer
+from tests.support.expandable_traces import A100_40GB_TOTAL, H100_TOTAL, MiB, expandable_snapshot, ring_buffer
 from fragviz.allocator.reservations import ReservationPlan, reservation_bytes
 from fragviz.replay.analysis import analyze
 from fragviz.simulate import follow, recorded_capacity, run_free
 from fragviz.snapshot import load_snapshot_bytes
-from helpers import block, segment
+from tests.support.helpers import block, segment
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 L = 0x7F00_0000_0000  # the large pool's reservation

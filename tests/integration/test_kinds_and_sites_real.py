@@ -18,7 +18,7 @@ from fragviz.store.engine import open_store
 from fragviz.ui.data import Views
 from fragviz.usage.sites import ONLY_ALLOCATOR_SITE, site_frame, site_label
 from fragviz.usage.stackless import BEFORE_RECORDING, INFERRED_TEXT, NO_STACKS, REASON_TEXT
-from helpers import REAL
+from tests.support.helpers import REAL
 
 FILES = sorted(f for f in os.listdir(REAL) if f.endswith(".pickle"))
 # Recorded with stacks='all': their stacks begin with the unwinder's and the allocator's C++ frames

@@ -35,12 +35,12 @@ from fragviz.snapshot import load_snapshot, load_snapshot_bytes
 from fragviz.library import Library
 from fragviz.store.engine import open_store
 from fragviz.store.schema import SCHEMA_VERSION
-from helpers import REAL
+from tests.support import helpers
+from tests.support.helpers import REAL, TESTS, free_port
 
 BIN = os.path.dirname(sys.executable)
 FRAGVIZ = os.path.join(BIN, "fragviz")
 TORCHRUN = os.path.join(BIN, "torchrun")
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_LOOP = os.path.join(TESTS, "live", "train_loop.py")
 STORE_V1 = os.path.join(TESTS, "data", "store_v1.sqlite")
 SMALL = os.path.join(REAL, "cs336silmont_small.pickle")
@@ -54,38 +54,14 @@ LOOP = ("--step-ms", "50")  # a loop that trains until killed
 
 # -- helpers ---------------------------------------------------------------------------------------------
 
-def free_port(pair: bool = False) -> int:
-    """A port nothing listens on (with `pair`, the next one is free too)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not pair:
-            return port
-        if port < 65535:
-            try:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise AssertionError("no free port pair")
-
-
 def wait_for(condition: Callable[[], Any], what: str, procs: tuple = (), deadline: float = DEADLINE) -> Any:
-    """Poll `condition` until it gives something truthy; fail if a process in `procs` exits first."""
-    end = time.monotonic() + deadline
-    while True:
-        value = condition()
-        if value:
-            return value
-        for p in procs:
-            if p.exited():
-                pytest.fail(f"{p.name} exited ({p.proc.returncode}) while waiting for {what}:\n{p.stderr()[-3000:]}")
-        if time.monotonic() > end:
-            extra = "".join(f"\n--- {p.name} stderr:\n{p.stderr()[-3000:]}" for p in procs)
-            pytest.fail(f"gave up after {deadline:.0f} s waiting for {what}{extra}")
-        time.sleep(0.1)
+    """helpers.wait_for, failing at once if a process in `procs` exits first, with their stderr."""
+    def gone() -> str | None:
+        dead = [p for p in procs if p.exited()]
+        return f"{dead[0].name} exited ({dead[0].proc.returncode})" if dead else None
+
+    return helpers.wait_for(condition, what, deadline=deadline, gone=gone,
+                            tail=lambda: "".join(f"\n--- {p.name} stderr:\n{p.stderr()[-3000:]}" for p in procs))
 
 
 def get(port: int, path: str, token: str | None = None, timeout: float = 30.0) -> tuple[int, bytes, Any]:
@@ -357,8 +333,8 @@ def test_an_oom_that_kills_the_job_arrives_in_the_store(tmp_path):
         analysis = reader.load_analysis(sid)
         assert report_dict(analysis)["devices"][0]["trace_actions"]["oom"] == 1
         (diag,) = diagnose(analysis, simulate=False)
-        assert diag["verdict"] in VERDICTS and diag["requested_bytes"] == 512 * MiB
-        assert diag["verdict"] == "exhaustion"  # 512 MiB asked of a 256 MiB device
+        assert diag.verdict in VERDICTS and diag.requested_bytes == 512 * MiB
+        assert diag.verdict == "exhaustion"  # 512 MiB asked of a 256 MiB device
         assert max(reader.live.samples(aid)["ooms"]) == 1
     finally:
         reader.close()

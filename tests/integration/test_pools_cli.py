@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from fragviz.snapshot import read_raw
-from helpers import MiB, real
+from tests.support.helpers import MiB, real
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 VERL = real("verl_mempools_pending.pickle")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,18 +14,15 @@ from typing import Any, Callable
 
 import pytest
 
+from tests.support import helpers
+from tests.support.helpers import TESTS, free_port
+
 PROMETHEUS = "/usr/bin/prometheus"
 BIN = os.path.dirname(sys.executable)
 FRAGVIZ = os.path.join(BIN, "fragviz")
-TRAIN_LOOP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "live", "train_loop.py")
+TRAIN_LOOP = os.path.join(TESTS, "live", "train_loop.py")
 DEADLINE = 90.0  # a bound on each wait, never a measurement
 TOKEN = "prom-s3cret"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str, token: str | None = None) -> tuple[int, bytes]:
@@ -41,17 +37,15 @@ def get(url: str, token: str | None = None) -> tuple[int, bytes]:
 
 
 def wait_for(condition: Callable[[], Any], what: str, procs: list[subprocess.Popen], logs: list[str]) -> Any:
-    end = time.monotonic() + DEADLINE
-    while True:
-        value = condition()
-        if value:
-            return value
+    """helpers.wait_for, failing at once when one of `procs` exits, with the end of each log."""
+    def gone() -> str | None:
         dead = [p for p in procs if p.poll() is not None]
-        if dead or time.monotonic() > end:
-            tails = "".join(f"\n--- {log}:\n{open(log, errors='replace').read()[-3000:]}" for log in logs)
-            why = f"{dead[0].args[0]} exited ({dead[0].returncode})" if dead else f"gave up after {DEADLINE:.0f} s"
-            pytest.fail(f"{why} while waiting for {what}{tails}")
-        time.sleep(0.2)
+        return f"{dead[0].args[0]} exited ({dead[0].returncode})" if dead else None
+
+    def tails() -> str:
+        return "".join(f"\n--- {log}:\n{open(log, errors='replace').read()[-3000:]}" for log in logs)
+
+    return helpers.wait_for(condition, what, deadline=DEADLINE, interval=0.2, gone=gone, tail=tails)
 
 
 def job(port: int, tmp, name: str, *run_args: str) -> tuple[subprocess.Popen, str]:

@@ -13,7 +13,7 @@ from fragviz.base.errors import SnapshotFormatError
 from fragviz.model.metrics import state_figures
 from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot
-from helpers import REAL
+from tests.support.helpers import REAL
 
 INSPECTION = json.load(open(os.path.join(REAL, "inspect_summary.json")))
 FILES = sorted(INSPECTION)

@@ -13,7 +13,7 @@ from fragviz.replay.analysis import analyze, trace_totals
 from fragviz.doctor.report import report_dict
 from fragviz.simulate import follow, run_free, simulated_snapshot, what_if
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes
-from helpers import REAL
+from tests.support.helpers import REAL
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),

@@ -25,7 +25,7 @@ from fragviz.store.engine import open_store
 from fragviz.store.schema import SCHEMA_VERSION
 from fragviz.library.stored import CHUNK_EVENTS
 from fragviz.allocator.synth import synthetic_snapshot
-from helpers import REAL, write_pickle
+from tests.support.helpers import REAL, write_pickle
 
 REAL_FILES = sorted(os.path.join(REAL, f) for f in os.listdir(REAL) if f.endswith(".pickle"))
 TABLES = ("snapshots", "frames", "stacks", "snapshot_stacks", "devices", "segments", "blocks", "trace_chunks",

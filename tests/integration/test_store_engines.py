@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from pg import ENGINES, drop_store_target, new_store_target
+from tests.support.pg import ENGINES, drop_store_target, new_store_target
 from fragviz.base.errors import StoreError
 from fragviz.library.ingest import ingest_file
 from fragviz.library import Library
@@ -24,7 +24,7 @@ from fragviz.store import writer
 from fragviz.store.engine import open_store, redacted
 from fragviz.store.records import SUMMARY_VERSION, Summary
 from fragviz.store.schema import SCHEMA_VERSION
-from helpers import REAL
+from tests.support.helpers import REAL
 
 REAL_FILES = sorted(os.path.join(REAL, f) for f in os.listdir(REAL) if f.endswith(".pickle"))
 SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -265,7 +265,7 @@ def test_reading_an_empty_database_says_there_is_no_store_yet(pg_url):
 # -- values at the edges: ids no column holds, NUL in the file's strings ----------------------------------------
 
 def nul_snapshot(path: str) -> str:
-    from helpers import block, ev, segment, snapshot, write_pickle
+    from tests.support.helpers import block, ev, segment, snapshot, write_pickle
 
     stack = [{"filename": "/home/u/tr\x00ain.py", "line": 3, "name": "fwd\x00"}]
     events = [ev("segment_alloc", 0, 2 << 20), ev("alloc", 0, 1 << 20, frames=stack)]

@@ -19,7 +19,7 @@ from fragviz.library import Library
 from fragviz.store.engine import open_store
 from fragviz.ui.usage_data import UsageViews
 from fragviz.usage.kinds import KINDS
-from helpers import REAL
+from tests.support.helpers import REAL
 
 FILES = sorted(f for f in os.listdir(REAL) if f.endswith(".pickle"))
 # trimmed by its authors: its trace frees memory its segments never held, so the replayed end is not the recorded

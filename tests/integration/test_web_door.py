@@ -18,36 +18,18 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 from urllib.parse import quote
 
 import pytest
 
 from fragviz.allocator.synth import synthetic_snapshot
-from helpers import MiB, block, segment, snapshot, write_pickle
+from tests.support.helpers import MiB, block, free_port, segment, snapshot, wait_for, write_pickle
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKEN = "tok-3f9a7c1e5b"
 Answer = tuple[int, Any, bytes]  # status, headers, body
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(condition: Callable[[], Any], what: str, deadline: float = 90.0) -> Any:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"gave up after {deadline:.0f} s waiting for {what}")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import REAL
+from tests.support.helpers import REAL
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -6,7 +6,7 @@ below: 14 events, 1 ms apart, with a 2 s pause before event 10 (a sparse stretch
 """
 from __future__ import annotations
 
-from helpers import MiB, block, ev, segment, snapshot
+from tests.support.helpers import MiB, block, ev, segment, snapshot
 
 BASE = 0x7F00_0000_0000
 T0 = 1_700_000_000_000_000  # microseconds, as time_us is recorded

@@ -1,14 +1,20 @@
-"""Builders for small snapshots in PyTorch's own format, for tests that need exact, hand-worked figures."""
+"""What many tests share: the repository's and the real snapshots' folders, builders for small snapshots in
+PyTorch's own format (for tests that need exact, hand-worked figures), a free port, and a bounded wait."""
 from __future__ import annotations
 
 import os
 import pickle
-from typing import Any
+import socket
+import time
+from typing import Any, Callable
+
+import pytest
 
 MiB = 1024 * 1024
 KiB = 1024
-REAL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "real_snapshots")
-REAL = os.path.normpath(REAL)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+TESTS = os.path.join(ROOT, "tests")
+REAL = os.path.normpath(os.path.join(ROOT, "..", "shared", "real_snapshots"))
 
 
 def real(name: str) -> str:
@@ -55,3 +61,42 @@ def write_pickle(path: str, data: Any, protocol: int = 4) -> str:
     with open(path, "wb") as fh:
         pickle.dump(data, fh, protocol=protocol)
     return path
+
+
+def free_port(pair: bool = False) -> int:
+    """A loopback port nothing listens on, from the kernel (never a fixed number: tests run side by side in
+    several workers); with `pair`, the next port is free too."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not pair:
+            return port
+        if port < 65535:
+            try:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise AssertionError("no free port pair")
+
+
+def wait_for(condition: Callable[[], Any], what: str, deadline: float = 90.0, interval: float = 0.1,
+             gone: Callable[[], str | None] | None = None, tail: Callable[[], str] | None = None) -> Any:
+    """Poll `condition` every `interval` seconds until it gives something truthy, and return that.
+
+    The test fails after `deadline` seconds (a bound, never a measurement), or at once when `gone()` says why
+    waiting is pointless (say, the process the condition depends on exited); `tail()` adds what helps read
+    the failure (the end of a log)."""
+    end = time.monotonic() + deadline
+    while True:
+        value = condition()
+        if value:
+            return value
+        why = gone() if gone else None
+        if not why and time.monotonic() > end:
+            why = f"gave up after {deadline:.0f} s"
+        if why:
+            pytest.fail(f"{why} while waiting for {what}{tail() if tail else ''}")
+        time.sleep(interval)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from helpers import real, write_pickle
+from tests.support.helpers import real, write_pickle
 
 STEP = "train_step"
 

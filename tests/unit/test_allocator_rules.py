@@ -5,7 +5,7 @@ import pytest
 
 from fragviz.allocator.config import AllocConfError, AllocatorSettings, parse_alloc_conf, settings_from_snapshot
 from fragviz.allocator.rules import allocation_size, round_size, should_split
-from helpers import KiB, MiB
+from tests.support.helpers import KiB, MiB
 
 DEFAULT = AllocatorSettings()
 

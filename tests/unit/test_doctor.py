@@ -12,7 +12,7 @@ from fragviz.doctor import OomFacts, diagnose, diagnose_message, diagnose_messag
 from fragviz.doctor.facts import DEFRAG_MARGIN
 from fragviz.doctor.message import parse_message
 from fragviz.snapshot import load_snapshot_bytes
-from helpers import REAL, block, ev, segment, snapshot
+from tests.support.helpers import REAL, block, ev, segment, snapshot
 
 GiB, MiB = 1024**3, 1024**2
 MESSAGES = re.findall(r"`([^`]*out of memory[^`]*)`", open(os.path.join(REAL, "text", "oom_messages.md")).read())

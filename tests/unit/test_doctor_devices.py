@@ -11,7 +11,7 @@ from fragviz.replay.analysis import analyze
 from fragviz.doctor import diagnose, diagnose_message_with
 from fragviz.doctor.together import DeviceMismatch
 from fragviz.snapshot import load_snapshot_bytes
-from helpers import block, ev, segment, snapshot
+from tests.support.helpers import block, ev, segment, snapshot
 
 MiB = 1024 * 1024
 A, B, C = 0x7F0000000000, 0x7F0010000000, 0x7E0000000000

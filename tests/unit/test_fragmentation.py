@@ -13,7 +13,7 @@ from fragviz.allocator.state import snapshot_dict
 from fragviz.replay.analysis import analyze
 from fragviz.model.metrics import fragmentation, free_scatter, state_figures, stuck_in_gap
 from fragviz.snapshot import load_snapshot_bytes
-from helpers import MiB, block, ev, segment, snapshot
+from tests.support.helpers import MiB, block, ev, segment, snapshot
 
 S = 0x7F00_0000_0000
 

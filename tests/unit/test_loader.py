@@ -12,7 +12,7 @@ import pytest
 from fragviz.base.errors import SnapshotFormatError
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.loader import read_raw
-from helpers import MiB, block, ev, segment, snapshot, write_pickle
+from tests.support.helpers import MiB, block, ev, segment, snapshot, write_pickle
 
 
 def small_snapshot() -> dict:

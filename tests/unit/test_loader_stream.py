@@ -15,7 +15,7 @@ import fragviz.snapshot.memory as memory
 import fragviz.snapshot.unpickle as unpickle
 from fragviz.base.errors import SnapshotFormatError
 from fragviz.base.limits import Limits
-from helpers import REAL
+from tests.support.helpers import REAL
 
 
 def both(path: str):

@@ -18,7 +18,7 @@ from fragviz.doctor.summary import (MAX_SUMMARY_BYTES, Cell, SummaryFormatError,
                                     parse_summary, read_summary_text)
 from fragviz.doctor.summary_text import diagnose_summary
 from fragviz.snapshot import load_snapshot
-from helpers import REAL, block, ev, segment, snapshot, write_pickle
+from tests.support.helpers import REAL, block, ev, segment, snapshot, write_pickle
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 SAMPLES_MD = open(os.path.join(REAL, "text", "memory_summary_samples.md"), encoding="utf-8").read()

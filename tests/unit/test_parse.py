@@ -7,7 +7,7 @@ import pickle
 from fragviz.replay.analysis import analyze
 from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes, read_raw
-from helpers import MiB, block, ev, real, segment, snapshot
+from tests.support.helpers import MiB, block, ev, real, segment, snapshot
 
 OPTIONAL_TOP = ("allocator_settings", "external_annotations")
 OPTIONAL_SEGMENT = ("segment_pool_id", "is_expandable", "frames")

@@ -14,8 +14,8 @@ from fragviz.model.metrics import GENERAL_POOL, pending_frees, pool_figures, poo
 from fragviz.doctor.report import report_dict, report_text
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes, read_raw
 from fragviz.ui import figures
-from helpers import MiB, block, ev, real, segment, snapshot
-from test_replay import case_a
+from tests.support.cases import case_a
+from tests.support.helpers import MiB, block, ev, real, segment, snapshot
 
 VERL = real("verl_mempools_pending.pickle")
 G = 0x7F00_0000_0000

@@ -14,7 +14,7 @@ from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.parse import parse_snapshot
 from fragviz.snapshot.loader import RawSnapshot
 from fragviz.allocator.synth import synthetic_snapshot
-from helpers import REAL
+from tests.support.helpers import REAL
 
 FILES = sorted(glob.glob(os.path.join(REAL, "*.pickle")))
 

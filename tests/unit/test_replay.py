@@ -9,9 +9,8 @@ from fragviz.replay.analysis import analyze
 from fragviz.model.metrics import fragmentation
 from fragviz.model import BlockState
 from fragviz.snapshot import load_snapshot_bytes
-from helpers import MiB, block, ev, segment, snapshot
-
-S = 0x7F00_0000_0000  # a segment address
+from tests.support.cases import S, case_a
+from tests.support.helpers import MiB, block, ev, segment, snapshot
 
 
 def analysed(data: dict):
@@ -21,22 +20,6 @@ def analysed(data: dict):
 def problems(analysis) -> list[str]:
     """Warnings other than the capture-health note that these hand-made cases record no stacks."""
     return [w for w in analysis.warnings if "no stacks were recorded" not in w]
-
-
-def case_a() -> dict:
-    """One 20 MiB segment: three allocs, two frees; the trace starts from an empty device."""
-    final = segment(S, [block(S, 4 * MiB), block(S + 4 * MiB, 16 * MiB, "inactive", 0)])
-    trace = [
-        ev("segment_alloc", S, 20 * MiB),
-        ev("alloc", S, 4 * MiB),
-        ev("alloc", S + 4 * MiB, 3 * MiB - 100),
-        ev("alloc", S + 7 * MiB, 2 * MiB),
-        ev("free_requested", S + 4 * MiB, 3 * MiB - 100),
-        ev("free_completed", S + 4 * MiB, 3 * MiB - 100),
-        ev("free_requested", S + 7 * MiB, 2 * MiB),
-        ev("free_completed", S + 7 * MiB, 2 * MiB),
-    ]
-    return snapshot([final], trace)
 
 
 # State after K events, K = 0..8: (allocated, requested, reserved, free gaps, largest gap), in MiB

@@ -11,8 +11,8 @@ from fragviz.doctor.report import report_dict, report_text
 from fragviz.snapshot import load_snapshot_bytes
 from fragviz.usage.kinds import KINDS
 from fragviz.usage.stackless import NO_STACKS, REASON_TEXT
-from helpers import MiB, block, ev, frames, segment, snapshot
-from test_replay import S, case_a
+from tests.support.helpers import MiB, block, ev, frames, segment, snapshot
+from tests.support.cases import S, case_a
 
 DEVICE_KEYS = {"device", "reserved_bytes", "allocated_bytes", "requested_bytes", "free_bytes", "free_blocks",
                "largest_free_block", "non_releasable_bytes", "fragmentation", "free_scatter", "at_peak", "segments",

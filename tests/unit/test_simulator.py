@@ -11,7 +11,7 @@ from fragviz.allocator.state import snapshot_dict
 from fragviz.replay.analysis import analyze
 from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot_bytes
-from helpers import MiB
+from tests.support.helpers import MiB
 
 DEFAULT = AllocatorSettings()
 

@@ -15,7 +15,7 @@ from fragviz.usage.lifetimes import Lifetimes
 from fragviz.usage.stackless import (BEFORE_RECORDING, INFERRED_TEXT, NO_STACKS, REASON_TEXT, TRACE_WITHOUT_STACKS,
                                      stackless)
 from fragviz.usage.stacks import stack_facts
-from helpers import MiB, block, ev, frames, segment, snapshot
+from tests.support.helpers import MiB, block, ev, frames, segment, snapshot
 
 S = 0x7F00_0000_0000
 BACKWARD = frames("train", "backward")  # a frame named backward: gradients

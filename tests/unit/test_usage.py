@@ -15,7 +15,7 @@ from fragviz.usage.bands import bands_of, by_group, grid_of
 from fragviz.usage.kinds import KINDS, compile_rules, current_rules
 from fragviz.usage.lifetimes import Lifetimes
 from fragviz.usage.stackless import BEFORE_RECORDING, REASON_TEXT
-from helpers import MiB, block, ev, frames, segment, snapshot
+from tests.support.helpers import MiB, block, ev, frames, segment, snapshot
 
 S = 0x7F00_0000_0000
 

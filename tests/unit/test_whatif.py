@@ -21,7 +21,7 @@ from fragviz.snapshot import load_snapshot, load_snapshot_bytes
 from fragviz.snapshot.loader import RawSnapshot
 from fragviz.snapshot.parse import parse_snapshot
 from fragviz.ui.jobs import Busy, JobRunner
-from helpers import REAL, MiB, block, ev, segment, snapshot
+from tests.support.helpers import REAL, MiB, block, ev, segment, snapshot
 
 GiB = 1024**3
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

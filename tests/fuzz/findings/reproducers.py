@@ -1,4 +1,5 @@
-"""The fuzz findings of issue 8, as inputs built from scratch: `python tests/fuzz/findings/reproducers.py [OUT]`.
+"""The fuzz findings of issue 8, as inputs built from scratch: `python -m tests.fuzz.findings.reproducers [OUT]`
+(from the repository's root).
 
 Writes each reproducer to OUT (default: a temporary folder) and runs it through the fuzz harness's checks
 in this process, printing what fragviz does with it now. See README.md beside this file.
@@ -12,12 +13,9 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # tests/: the fuzz package
-sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.dirname(HERE))))  # the repository
-
-from fuzz.encode import Nest, to_pickle  # noqa: E402
-from fuzz.hostile import snapshot_template  # noqa: E402
+from tests.fuzz.encode import Nest, to_pickle
+from tests.fuzz.hostile import snapshot_template
+from tests.support.helpers import REAL
 
 
 def declared_4gib_bytes() -> bytes:
@@ -60,7 +58,7 @@ def cyclic_settings_message() -> bytes:
 
 def gzip_members_bomb() -> bytes:
     """F4: 80 gzip members of 64 MiB of zeros each (5.2 MB): inflated to the 200x ratio cap (1 GiB) first."""
-    from fuzz.gzip_cases import bomb_member
+    from tests.fuzz.gzip_cases import bomb_member
 
     return bomb_member(64 << 20) * 80
 
@@ -88,7 +86,7 @@ REPRODUCERS = {
 
 
 def _peak() -> float:
-    from fuzz.harness import _peak_mb
+    from tests.fuzz.harness import _peak_mb
 
     return _peak_mb()
 
@@ -96,7 +94,7 @@ def _peak() -> float:
 def main(out: str) -> None:
     import resource
 
-    from fuzz.harness import BASELINE_SNAPSHOT, Failure, _Checker
+    from tests.fuzz.harness import BASELINE_SNAPSHOT, Failure, _Checker
     from fragviz.library.ingest import ingest_file
     from fragviz.store.engine import open_store
 
@@ -105,9 +103,7 @@ def main(out: str) -> None:
     work = tempfile.mkdtemp(prefix="fragviz-findings-")
     baseline = os.path.join(work, "baseline.sqlite")
     conn = open_store(baseline)
-    real = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE)))), "shared",
-                        "real_snapshots")
-    ingest_file(conn, os.path.join(real, BASELINE_SNAPSHOT))
+    ingest_file(conn, os.path.join(REAL, BASELINE_SNAPSHOT))
     conn.close()
     for name, build in REPRODUCERS.items():
         data = build()
