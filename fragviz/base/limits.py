@@ -3,7 +3,7 @@
 Each limit bounds the time or memory an input can take, so no file, however built, can hang fragviz or
 exhaust the machine. A file past a limit is refused with a LimitError that names the limit and how to
 raise it (FRAGVIZ_<NAME> or `<name> = ...` in fragviz.toml). The defaults sit far above what real
-snapshots need (the README lists the largest real files' figures).
+snapshots need (docs/limits.md lists the largest real files' figures).
 """
 from __future__ import annotations
 

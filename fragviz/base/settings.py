@@ -111,7 +111,7 @@ SETTINGS = {
         # Input limits (fragviz.base.limits): each bounds what one snapshot file may cost.
         Setting("max_file_size", "8GiB", "largest snapshot file read, compressed or not", "size"),
         Setting("max_inflated_size", "16GiB", "largest size a compressed snapshot may inflate to", "size"),
-        Setting("max_inflate_ratio", "200", "largest inflated/compressed size ratio (real snapshots: 5-30)", "int"),
+        Setting("max_inflate_ratio", "200", "largest inflated/compressed size ratio (real snapshots: 5-40)", "int"),
         Setting("max_objects_per_byte", "64", "objects free-form fields (allocator_settings, annotations) may "
                 "build per byte of the file, a shared reference counted each time it is reached", "int"),
         Setting("max_events", "20000000", "trace events per snapshot, all devices together", "int"),

@@ -16,7 +16,7 @@ from fragviz.replay.layout import Layout, Mismatch, Sizer, default_sizer
 from fragviz.replay.state import layout_segments, layout_to_arrays, segs_and_blocks
 from fragviz.usage.lifetimes import Lifetimes, lifetimes_of
 
-# Which figures a past state gives exactly, and which it infers (see `Exactness` in the README).
+# Which figures a past state gives exactly, and which it infers (docs/how-it-works.md, "Exact and inferred figures").
 EXACT_FIGURES = ("reserved_bytes", "requested_bytes", "segments", "allocations")
 INFERRED_FIGURES = ("allocated_bytes", "free_bytes", "free_blocks", "largest_free_block", "fragmentation")
 SIZES_NOTE = ("past block sizes are inferred from the request with PyTorch's rounding and split rules under "
