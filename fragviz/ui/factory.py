@@ -20,7 +20,7 @@ from fragviz.ui.jobs import JobRunner
 from fragviz.ui.pages import compare, doctor, job, library, live, snapshot, usage_callbacks, whatif
 from fragviz.ui.pages.common import error_panel, header
 
-ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets")
+ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")  # package data: installed with the wheel
 
 
 @dataclass
