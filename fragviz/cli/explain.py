@@ -61,7 +61,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def doctor(args: argparse.Namespace) -> int:
-    from fragviz.doctor import PUBLIC_KEYS, diagnose, diagnose_message
+    from fragviz.doctor import diagnose, diagnose_message
     from fragviz.doctor.text import doctor_text
 
     if args.target is None and not args.message:
@@ -74,10 +74,10 @@ def doctor(args: argparse.Namespace) -> int:
         ooms = diagnose(analysis, args.message, simulate=not args.no_simulate, strict_device=True,
                         job_pid=args.pid)
         source = analysis.snapshot.source
-    if args.message and not any(o.get("event") is None for o in ooms):
+    if args.message and not any(o.event is None for o in ooms):
         raise UsageError("--message holds no CUDA out-of-memory message fragviz can read")
     if args.json:
-        print(json.dumps({"ooms": [{k: o[k] for k in PUBLIC_KEYS} for o in ooms]}))
+        print(json.dumps({"ooms": [o.as_dict() for o in ooms]}))
     else:
         print(doctor_text(source, ooms))
     return 0
@@ -86,7 +86,7 @@ def doctor(args: argparse.Namespace) -> int:
 def doctor_summary(args: argparse.Namespace) -> int:
     """`doctor --summary FILE`: the table's findings, with the snapshot and the OOM message where given (an OOM
     message in the same text counts as --message)."""
-    from fragviz.doctor import PUBLIC_KEYS, diagnose, diagnose_message
+    from fragviz.doctor import diagnose, diagnose_message
     from fragviz.doctor.message import find_messages
     from fragviz.doctor.summary import parse_summary, read_summary_text
     from fragviz.doctor.summary_checks import message_device
@@ -99,11 +99,11 @@ def doctor_summary(args: argparse.Namespace) -> int:
     analysis = analysis_for(args.target, args.db) if args.target is not None else None
     ooms = diagnose(analysis, message, simulate=not args.no_simulate, strict_device=True, job_pid=args.pid) if (
         analysis is not None) else (diagnose_message(message, job_pid=args.pid) if message else [])
-    if args.message and not any(o.get("event") is None for o in ooms):
+    if args.message and not any(o.event is None for o in ooms):
         raise UsageError("--message holds no CUDA out-of-memory message fragviz can read")
     result = diagnose_summary(summary, analysis, message, ooms, text)
     if args.json:
-        print(json.dumps({**result.as_dict(), "ooms": [{k: o[k] for k in PUBLIC_KEYS} for o in ooms]}))
+        print(json.dumps({**result.as_dict(), "ooms": [o.as_dict() for o in ooms]}))
     else:
         print(summary_text(result) + ("\n" + doctor_text(summary.source, ooms) if ooms else ""))
     return 0

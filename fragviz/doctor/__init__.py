@@ -8,13 +8,15 @@
 - `inforce`: the allocator settings known to be in force, so advice never names one already on.
 - `together`: whether a pasted message and a snapshot can be one run on one device.
 - `whatifs`: the suggested settings simulated on the trace, where it can answer.
+- `records`: the results (`Diagnosis`, one per OOM, and its `WhatIfEntry`s), `as_dict()` for `--json`.
 - `pools`: private pools and pending frees, where they matter.
 - `summary`, `summary_text`, `summary_checks`: a pasted torch.cuda.memory_summary() table.
 - `text`: the findings for a terminal.
 """
 from __future__ import annotations
 
-from fragviz.doctor.verdicts import (PUBLIC_KEYS, OomFacts, diagnose, diagnose_message, diagnose_message_with,
-                                     verdict_of)
+from fragviz.doctor.verdicts import (PUBLIC_KEYS, Diagnosis, OomFacts, diagnose, diagnose_message,
+                                     diagnose_message_with, verdict_of)
 
-__all__ = ["PUBLIC_KEYS", "OomFacts", "diagnose", "diagnose_message", "diagnose_message_with", "verdict_of"]
+__all__ = ["PUBLIC_KEYS", "Diagnosis", "OomFacts", "diagnose", "diagnose_message", "diagnose_message_with",
+           "verdict_of"]

@@ -6,12 +6,11 @@ advice never asks for one of those.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from fragviz.doctor.advice_outside import REDUCE, cap_advice, outside_advice, undetermined_advice
 from fragviz.doctor.cause import CAP, EXHAUSTION, FRAGMENTATION, OUTSIDE, UNDETERMINED
 from fragviz.doctor.facts import DEFRAG_MARGIN, OomFacts
 from fragviz.doctor.inforce import InForce
+from fragviz.doctor.records import WhatIfEntry
 from fragviz.base.units import format_bytes as fb
 
 EXPANDABLE, SPLIT = "expandable_segments:True", "max_split_size_mb:512"
@@ -21,11 +20,11 @@ STEADY = ("Keep tensor sizes steady (pad variable sequence lengths to a few buck
           "segment before it gave up.")
 
 
-def advice(verdict: str, f: OomFacts, what_ifs: list[dict[str, Any]], in_force: InForce) -> list[str]:
-    helps = {w["alloc_conf"]: w["avoids_oom"] for w in what_ifs if w.get("avoids_oom") is not None}
+def advice(verdict: str, f: OomFacts, what_ifs: list[WhatIfEntry], in_force: InForce) -> list[str]:
+    helps = {w.alloc_conf: w.avoids_oom for w in what_ifs if w.avoids_oom is not None}
     out = {EXHAUSTION: _exhaustion, FRAGMENTATION: _fragmentation, OUTSIDE: outside_advice, CAP: cap_advice,
            UNDETERMINED: undetermined_advice}[verdict](f, helps, in_force)
-    unknown = next((w["claim"] for w in what_ifs if w.get("outcome") == "unknown"), None)
+    unknown = next((w.claim for w in what_ifs if w.outcome == "unknown"), None)
     if unknown:
         out.append(f"The simulation cannot judge the settings: {unknown}.")
     return out

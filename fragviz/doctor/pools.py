@@ -7,8 +7,6 @@ allocated until that work completes.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from fragviz.replay.analysis import Analysis
 from fragviz.model.metrics import GENERAL_POOL, PoolFigures, pending_frees, pool_figures, pool_of
 from fragviz.model import Segment
@@ -20,9 +18,10 @@ def pool_notes(segments: list[Segment]) -> list[str]:
     return _private_note(pool_figures(segments)) + _pending_note(segments)
 
 
-def oom_notes(analysis: Analysis, oom: dict[str, Any]) -> list[str]:
-    """`pool_notes` of the state an OOM diagnosis read: before its `oom` event, else the snapshot's end."""
-    segments = state_of(analysis, oom.get("device"), oom.get("event"))
+def oom_notes(analysis: Analysis, device: int | None, event: int | None) -> list[str]:
+    """`pool_notes` of the state an OOM diagnosis of `device` read: before its `oom` `event`, else (None) the
+    snapshot's end."""
+    segments = state_of(analysis, device, event)
     return pool_notes(segments) if segments is not None else []
 
 

@@ -7,11 +7,12 @@ figure here subtracts one peak from another.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from fragviz.replay.analysis import Analysis
 from fragviz.doctor.facts import DEFRAG_MARGIN
 from fragviz.doctor.inforce import UNKNOWN, in_force_of_snapshot, in_force_of_text
+from fragviz.doctor.records import Diagnosis
 from fragviz.doctor.summary import MemorySummary
 from fragviz.doctor.summary_checks import first_message, message_conflicts, snapshot_checks
 from fragviz.base.units import format_bytes as fb
@@ -48,7 +49,7 @@ class SummaryDiagnosis:
 
 
 def diagnose_summary(summary: MemorySummary, analysis: Analysis | None = None, message: str | None = None,
-                     ooms: list[dict[str, Any]] | tuple = (), text: str = "") -> SummaryDiagnosis:
+                     ooms: Sequence[Diagnosis] = (), text: str = "") -> SummaryDiagnosis:
     """The table's findings, with a snapshot (`analysis`) and/or an OOM `message` where given.
 
     `ooms` are the doctor's diagnoses of that snapshot's and message's OOMs (`diagnose`, `diagnose_message`):
@@ -111,14 +112,15 @@ def _why(s: MemorySummary, verdict: str) -> str | None:
     return None
 
 
-def _adopted(s: MemorySummary, ooms, msg_conflicts: list[str], snap_conflicts: list[str]) -> tuple[str, str] | None:
+def _adopted(s: MemorySummary, ooms: Sequence[Diagnosis], msg_conflicts: list[str],
+             snap_conflicts: list[str]) -> tuple[str, str] | None:
     """The verdict of the OOM evidence that agrees with the table: the message's first, else the snapshot's last."""
-    from_message = [o for o in ooms if o.get("event") is None and o.get("requested_bytes")]  # figures to judge by
+    from_message = [o for o in ooms if o.event is None and o.requested_bytes]  # figures to judge by
     if from_message and not msg_conflicts:
-        return from_message[0]["verdict"], "OOM message"
-    recorded = [o for o in ooms if o.get("event") is not None and (s.device is None or o.get("device") == s.device)]
+        return from_message[0].verdict, "OOM message"
+    recorded = [o for o in ooms if o.event is not None and (s.device is None or o.device == s.device)]
     if recorded and not snap_conflicts:
-        return recorded[-1]["verdict"], f"snapshot's OOM at event {recorded[-1]['event']}"
+        return recorded[-1].verdict, f"snapshot's OOM at event {recorded[-1].event}"
     return None
 
 

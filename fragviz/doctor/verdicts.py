@@ -6,7 +6,7 @@ undetermined where the figures read do not tell.
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 from fragviz.replay.analysis import Analysis
 from fragviz.doctor.advice import advice
@@ -16,32 +16,28 @@ from fragviz.doctor.facts import DEFRAG_MARGIN, OomFacts
 from fragviz.doctor.inforce import InForce, in_force_of_snapshot, in_force_of_text
 from fragviz.doctor.message import OomMessage, find_messages, parse_message
 from fragviz.doctor.pools import oom_notes, request_pool_at
+from fragviz.doctor.records import PUBLIC_KEYS, Diagnosis, WhatIfEntry
 from fragviz.doctor.together import DeviceMismatch, Together, read_together
 from fragviz.doctor.whatifs import cannot_answer, what_if_entries
 from fragviz.model.metrics import fragmentation, pool_of, state_figures
 from fragviz.model import OOM
 
-__all__ = ["DEFRAG_MARGIN", "PUBLIC_KEYS", "OomFacts", "diagnose", "diagnose_message", "diagnose_message_with",
-           "verdict_of"]
-
-# The keys of one OOM in `fragviz doctor --json`; library callers also get "event".
-PUBLIC_KEYS = ("verdict", "device", "requested_bytes", "reserved_bytes", "allocated_bytes", "device_total_bytes",
-               "device_free_bytes", "allowed_bytes", "largest_free_block", "non_releasable_bytes", "fragmentation",
-               "processes", "advice", "what_if", "warnings", "notes")
+__all__ = ["DEFRAG_MARGIN", "PUBLIC_KEYS", "Diagnosis", "OomFacts", "diagnose", "diagnose_message",
+           "diagnose_message_with", "verdict_of"]
 
 
-def _diagnosis(f: OomFacts, what_ifs: list[dict[str, Any]], in_force: InForce,
-               warnings: list[str] | None = None) -> dict[str, Any]:
-    """One OOM's verdict, figures and advice; `warnings` say what limits the diagnosis, `notes` (filled by
+def _diagnosis(f: OomFacts, what_ifs: list[WhatIfEntry], in_force: InForce,
+               warnings: list[str] | None = None) -> Diagnosis:
+    """One OOM's verdict, figures and advice; `warnings` say what limits the diagnosis, `notes` (added to by
     `diagnose`) what the state read holds besides."""
     verdict = verdict_of(f)
-    return {"verdict": verdict, "device": f.device, "requested_bytes": f.requested or 0,
-            "reserved_bytes": f.reserved, "allocated_bytes": f.allocated, "device_total_bytes": f.total,
-            "device_free_bytes": f.free, "allowed_bytes": f.allowed, "largest_free_block": f.largest_free_block,
-            "non_releasable_bytes": f.non_releasable, "fragmentation": f.fragmentation,
-            "processes": [p.as_dict() for p in f.processes], "advice": advice(verdict, f, what_ifs, in_force),
-            "what_if": what_ifs, "warnings": list(warnings or []) + figure_warnings(f, verdict),
-            "notes": figure_notes(f), "event": f.event}
+    return Diagnosis(
+        verdict=verdict, device=f.device, requested_bytes=f.requested or 0, reserved_bytes=f.reserved,
+        allocated_bytes=f.allocated, device_total_bytes=f.total, device_free_bytes=f.free, allowed_bytes=f.allowed,
+        largest_free_block=f.largest_free_block, non_releasable_bytes=f.non_releasable, fragmentation=f.fragmentation,
+        processes=tuple(f.processes), advice=tuple(advice(verdict, f, what_ifs, in_force)), what_if=tuple(what_ifs),
+        warnings=tuple(list(warnings or []) + figure_warnings(f, verdict)), notes=tuple(figure_notes(f)),
+        event=f.event)
 
 
 def facts_from_message(msg: OomMessage) -> OomFacts:
@@ -55,7 +51,7 @@ def parsed_messages(text: str, job_pid: int | None = None) -> list[OomMessage]:
     return [msg for msg in parsed if msg is not None]
 
 
-def diagnose_message(text: str, job_pid: int | None = None) -> list[dict[str, Any]]:
+def diagnose_message(text: str, job_pid: int | None = None) -> list[Diagnosis]:
     """Every OOM message in `text`, diagnosed from its own figures. `job_pid`: the job's own process, where the
     user knows it, so that it is never counted among the others."""
     in_force = in_force_of_text(text)
@@ -63,12 +59,13 @@ def diagnose_message(text: str, job_pid: int | None = None) -> list[dict[str, An
 
 
 def diagnose(analysis: Analysis, message: str | None = None, simulate: bool = True, strict_device: bool = False,
-             job_pid: int | None = None) -> list[dict[str, Any]]:
+             job_pid: int | None = None) -> list[Diagnosis]:
     """Every OOM a snapshot records (its `oom` trace entries), and the ones a pasted message describes. With
     `strict_device`, a message about another device than the snapshot's states raises DeviceMismatch instead
     of being diagnosed alone."""
     in_force = in_force_of_snapshot(analysis)
-    out, what_ifs = [], {}
+    out: list[Diagnosis] = []
+    what_ifs: dict[int, list[WhatIfEntry]] = {}
     for device, replay in analysis.replays.items():
         hits = (replay.trace.action == OOM).nonzero()[0].tolist()
         what_ifs[device] = what_if_entries(analysis, device, in_force) if hits and simulate else []
@@ -76,22 +73,23 @@ def diagnose(analysis: Analysis, message: str | None = None, simulate: bool = Tr
             out.append(_diagnosis(_facts_at(analysis, device, k), what_ifs[device], in_force))
     if message:
         out.extend(_messages_with_snapshot(analysis, message, what_ifs, simulate, strict_device, job_pid))
-    for oom in out:
-        oom["notes"] += oom_notes(analysis, oom)  # private pools and pending frees of the state read
-    return out
+    return [_with_pool_notes(analysis, oom) for oom in out]
 
 
-def diagnose_message_with(analysis: Analysis, message: str) -> list[dict[str, Any]]:
+def diagnose_message_with(analysis: Analysis, message: str) -> list[Diagnosis]:
     """The OOM messages in `message` read with the snapshot, as `diagnose` reads them, without what-ifs (for a
     page that shows the snapshot's own OOMs already)."""
     out = _messages_with_snapshot(analysis, message, {}, False, False, None)
-    for oom in out:
-        oom["notes"] += oom_notes(analysis, oom)
-    return out
+    return [_with_pool_notes(analysis, oom) for oom in out]
 
 
-def _messages_with_snapshot(analysis: Analysis, message: str, what_ifs: dict[int, list[dict[str, Any]]],
-                            simulate: bool, strict: bool, job_pid: int | None) -> list[dict[str, Any]]:
+def _with_pool_notes(analysis: Analysis, oom: Diagnosis) -> Diagnosis:
+    """The diagnosis with the notes on the private pools and pending frees of the state it read."""
+    return replace(oom, notes=oom.notes + tuple(oom_notes(analysis, oom.device, oom.event)))
+
+
+def _messages_with_snapshot(analysis: Analysis, message: str, what_ifs: dict[int, list[WhatIfEntry]],
+                            simulate: bool, strict: bool, job_pid: int | None) -> list[Diagnosis]:
     return [_with_snapshot(analysis, msg, message, what_ifs, simulate, strict)
             for msg in parsed_messages(message, job_pid)]
 
@@ -109,8 +107,8 @@ def _facts_at(analysis: Analysis, device: int, k: int) -> OomFacts:
     return facts
 
 
-def _with_snapshot(analysis: Analysis, msg: OomMessage, text: str, what_ifs: dict[int, list[dict[str, Any]]],
-                   simulate: bool, strict: bool) -> dict[str, Any]:
+def _with_snapshot(analysis: Analysis, msg: OomMessage, text: str, what_ifs: dict[int, list[WhatIfEntry]],
+                   simulate: bool, strict: bool) -> Diagnosis:
     """The message with the snapshot's figures where both can be one run on one device; alone, and saying why,
     where not."""
     facts = facts_from_message(msg)
@@ -144,7 +142,7 @@ def _with_snapshot(analysis: Analysis, msg: OomMessage, text: str, what_ifs: dic
     return _with_note(_diagnosis(facts, entries, in_force, [_final_state_warning(together)]), used)
 
 
-def _alone(facts: OomFacts, text: str, together: Together) -> dict[str, Any]:
+def _alone(facts: OomFacts, text: str, together: Together) -> Diagnosis:
     if together.unmatched is not None:
         note = (f"The snapshot's state is not read with the message: {together.unmatched}. The message is diagnosed "
                 "from its own figures.")
@@ -164,7 +162,5 @@ def _final_state_warning(together: Together) -> str:
             f"{device} (it records {elsewhere}), so device {device}'s state at the moment of the message is not known.")
 
 
-def _with_note(diagnosis: dict[str, Any], note: str | None) -> dict[str, Any]:
-    if note is not None:
-        diagnosis["notes"].insert(0, note)
-    return diagnosis
+def _with_note(diagnosis: Diagnosis, note: str | None) -> Diagnosis:
+    return diagnosis if note is None else replace(diagnosis, notes=(note, *diagnosis.notes))

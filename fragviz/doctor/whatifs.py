@@ -7,12 +7,12 @@ recorded settings, as a user adding one option to PYTORCH_CUDA_ALLOC_CONF would.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from fragviz.allocator.config import AllocatorSettings
 from fragviz.replay.analysis import Analysis
 from fragviz.doctor.advice import EXPANDABLE, SPLIT
 from fragviz.doctor.inforce import InForce
+from fragviz.doctor.records import BaselinePeaks, RecordedPeaks, WhatIfEntry
 from fragviz.simulate.whatif import CANNOT_ANSWER, UNKNOWN, DeviceWhatIf, refusal, simulate_device
 from fragviz.base.units import MiB
 from fragviz.base.units import format_bytes as fb
@@ -34,30 +34,29 @@ def _joined(conf: str, option: str) -> str:
     return f"{conf},{option}" if conf else option
 
 
-def what_if_entries(analysis: Analysis, device: int, in_force: InForce) -> list[dict[str, Any]]:
+def what_if_entries(analysis: Analysis, device: int, in_force: InForce) -> list[WhatIfEntry]:
     """One entry per suggested setting for the OOMs of `device`."""
     runs = runs_for(analysis.settings, in_force)
     return [entry(r) for r in simulate_device(analysis, device, runs)] if runs else []
 
 
-def cannot_answer(analysis: Analysis, device: int, in_force: InForce) -> list[dict[str, Any]]:
+def cannot_answer(analysis: Analysis, device: int, in_force: InForce) -> list[WhatIfEntry]:
     """Entries for an OOM the trace does not hold: nothing the simulation can say about it."""
     reason = refusal(analysis, device) or NOT_RECORDED
     return [entry(DeviceWhatIf(device, label, reason)) for label, _ in runs_for(analysis.settings, in_force)]
 
 
-def entry(r: DeviceWhatIf) -> dict[str, Any]:
+def entry(r: DeviceWhatIf) -> WhatIfEntry:
     if r.status == CANNOT_ANSWER:
-        return {"alloc_conf": r.label, "status": CANNOT_ANSWER, "outcome": CANNOT_ANSWER, "avoids_oom": None,
-                "reason": r.reason, "summary": f"{r.label}: cannot answer: {r.reason}"}
-    given, baseline, recorded = r.given, r.baseline, r.recorded
-    return {"alloc_conf": r.label, "status": r.status, "outcome": r.outcome, "avoids_oom": r.avoids_oom,
-            "claim": r.claim, "device_memory_bytes": r.memory.bytes,
-            "peak_reserved_bytes": given.allocator.peaks.reserved, "ooms": given.oom_count,
-            "recorded": {"peak_reserved_bytes": recorded["peak_reserved_bytes"],
-                         "peak_requested_bytes": recorded["peak_requested_bytes"], "ooms": len(recorded["ooms"])},
-            "baseline": {"peak_reserved_bytes": baseline.allocator.peaks.reserved, "ooms": baseline.oom_count},
-            "start_notes": r.start["notes"], "summary": summary(r)}
+        return WhatIfEntry(r.label, CANNOT_ANSWER, CANNOT_ANSWER, None, f"{r.label}: cannot answer: {r.reason}",
+                           reason=r.reason)
+    given, baseline, rec = r.given, r.baseline, r.recorded
+    return WhatIfEntry(
+        r.label, r.status, r.outcome, r.avoids_oom, summary(r), claim=r.claim, device_memory_bytes=r.memory.bytes,
+        peak_reserved_bytes=given.allocator.peaks.reserved, ooms=given.oom_count,
+        recorded=RecordedPeaks(rec["peak_reserved_bytes"], rec["peak_requested_bytes"], len(rec["ooms"])),
+        baseline=BaselinePeaks(baseline.allocator.peaks.reserved, baseline.oom_count),
+        start_notes=tuple(r.start["notes"]))
 
 
 def summary(r: DeviceWhatIf) -> str:

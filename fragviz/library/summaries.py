@@ -11,7 +11,7 @@ def summary_of(analysis: Analysis) -> Summary:
     """Every device's final figures, peaks, fragmentation at the reserved peak, and OOM verdicts."""
     verdicts: dict[int, list[str]] = {}
     for oom in diagnose(analysis, simulate=False):  # without a message: the trace's OOMs, in trace order
-        verdicts.setdefault(int(oom["device"]), []).append(oom["verdict"])
+        verdicts.setdefault(int(oom.device), []).append(oom.verdict)
     return Summary(tuple(_device(analysis, d, tuple(verdicts.get(d, ()))) for d in analysis.snapshot.devices()))
 
 

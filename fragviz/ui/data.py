@@ -5,7 +5,7 @@ from collections import defaultdict
 from functools import lru_cache
 from typing import Any
 
-from fragviz.doctor import diagnose
+from fragviz.doctor import Diagnosis, diagnose
 from fragviz.model.metrics import StateFigures
 from fragviz.model import BlockState, Frame, Segment
 from fragviz.library import Library
@@ -51,7 +51,7 @@ class Views:
         top = sorted(by_stack.items(), key=lambda kv: -kv[1])[:limit]
         return {self.frames(sid, s): size for s, size in top}
 
-    def _doctor(self, sid: int) -> list[dict[str, Any]]:
+    def _doctor(self, sid: int) -> list[Diagnosis]:
         if not self.reader.snapshot_row(sid).summary.ooms:
             return []  # nothing to diagnose: no need to load the traces
         return diagnose(self.analysis(sid))

@@ -219,7 +219,7 @@ class _Checker:
 
     def load_path(self, data: bytes, name: str) -> bool | None:
         from fragviz.replay.analysis import analyze
-        from fragviz.doctor import PUBLIC_KEYS, diagnose
+        from fragviz.doctor import diagnose
         from fragviz.base.errors import FragvizError
         from fragviz.doctor.report import report_dict, report_text
         from fragviz.snapshot import load_snapshot_bytes
@@ -231,7 +231,7 @@ class _Checker:
             ("analyze", lambda: state.__setitem__("an", analyze(state["snap"]))),
             ("report", lambda: json.dumps(report_dict(state["an"]))),
             ("report", lambda: report_text(state["an"]).encode("utf-8")),  # what `fragviz report` prints
-            ("doctor", lambda: json.dumps({"ooms": [{k: o[k] for k in PUBLIC_KEYS} for o in diagnose(state["an"])]})),
+            ("doctor", lambda: json.dumps({"ooms": [o.as_dict() for o in diagnose(state["an"])]})),
         ]
         for step, fn in steps:
             try:

@@ -65,10 +65,10 @@ def test_simulated_oom_raises_in_the_script_and_is_diagnosed(tmp_path):
     assert analysis.snapshot.trace_of(0).action_counts()["oom"] == 1
     (oom,) = diagnose(analysis)
     # three 20 MiB tensors take three 20 MiB segments; 12 MiB more needs a 12 MiB segment: 72 > 64 MiB
-    assert oom["verdict"] == "exhaustion" and oom["requested_bytes"] == 12 * MiB
-    assert (oom["allocated_bytes"], oom["reserved_bytes"], oom["device_free_bytes"]) == (60 * MiB, 60 * MiB, 4 * MiB)
-    assert all(not w["avoids_oom"] for w in oom["what_if"])
-    assert not any(a.startswith("Set PYTORCH_CUDA_ALLOC_CONF") for a in oom["advice"])  # the simulation says no
+    assert oom.verdict == "exhaustion" and oom.requested_bytes == 12 * MiB
+    assert (oom.allocated_bytes, oom.reserved_bytes, oom.device_free_bytes) == (60 * MiB, 60 * MiB, 4 * MiB)
+    assert all(not w.avoids_oom for w in oom.what_if)
+    assert not any(a.startswith("Set PYTORCH_CUDA_ALLOC_CONF") for a in oom.advice)  # the simulation says no
 
 
 def test_the_doctor_on_the_fragmentation_sample():
@@ -104,8 +104,8 @@ def test_a_snapshot_and_its_message_together():
                "by PyTorch but unallocated.")
     analysis = analyze(load_snapshot(path))
     (oom,) = diagnose(analysis, message, simulate=False)
-    assert oom["verdict"] == "fragmentation"
-    assert oom["largest_free_block"] == report_dict(analysis)["devices"][0]["largest_free_block"]
+    assert oom.verdict == "fragmentation"
+    assert oom.largest_free_block == report_dict(analysis)["devices"][0]["largest_free_block"]
 
 
 def test_capture_as_a_context_manager(tmp_path):

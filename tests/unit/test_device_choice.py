@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dash import dcc, html
 
+from fragviz.doctor import Diagnosis
 from fragviz.store.records import DeviceSummary, Summary
 from fragviz.ui.pages.common import opening_device
 from fragviz.ui.pages.library import summed, total_note
@@ -42,10 +43,11 @@ def links(component) -> list[tuple[str, str]]:
     return found
 
 
-def oom(d: int, event: int, verdict: str = "exhaustion") -> dict:
-    return {"verdict": verdict, "device": d, "event": event, "requested_bytes": 2**30, "reserved_bytes": 2**31,
-            "allocated_bytes": None, "device_total_bytes": None, "device_free_bytes": 0,
-            "largest_free_block": 2**20, "advice": ["reduce the batch"], "what_if": [], "warnings": [], "notes": []}
+def oom(d: int, event: int, verdict: str = "exhaustion") -> Diagnosis:
+    return Diagnosis(verdict=verdict, device=d, event=event, requested_bytes=2**30, reserved_bytes=2**31,
+                     allocated_bytes=None, device_total_bytes=None, device_free_bytes=0, allowed_bytes=None,
+                     largest_free_block=2**20, non_releasable_bytes=None, fragmentation=None, processes=(),
+                     advice=("reduce the batch",), what_if=(), warnings=(), notes=())
 
 
 def test_a_page_opens_on_the_asked_device_else_the_first_oom_device_else_the_first():

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from fragviz.replay.analysis import analyze
-from fragviz.doctor import OomFacts, diagnose, diagnose_message, diagnose_message_with, verdict_of
+from fragviz.doctor import PUBLIC_KEYS, OomFacts, diagnose, diagnose_message, diagnose_message_with, verdict_of
 from fragviz.doctor.facts import DEFRAG_MARGIN
 from fragviz.doctor.message import parse_message
 from fragviz.snapshot import load_snapshot_bytes
@@ -32,10 +32,10 @@ def test_every_real_message_is_read_and_diagnosed():
         msg = parse_message(text)
         assert msg is not None, text
         (d,) = diagnose_message(text)
-        assert d["verdict"] in ("exhaustion", "fragmentation", "outside_pytorch", "capacity_cap", "undetermined")
-        assert d["advice"] and all(isinstance(a, str) for a in d["advice"])
+        assert d.verdict in ("exhaustion", "fragmentation", "outside_pytorch", "capacity_cap", "undetermined")
+        assert d.advice and all(isinstance(a, str) for a in d.advice)
         if msg.era not in ("thc", "driver"):
-            assert d["requested_bytes"] > 0 and d["device_total_bytes"] > 0
+            assert d.requested_bytes > 0 and d.device_total_bytes > 0
 
 
 @pytest.mark.parametrize("fragment,verdict,figures", [
@@ -67,9 +67,9 @@ def test_every_real_message_is_read_and_diagnosed():
 def test_verdicts_and_numbers_of_real_messages(fragment, verdict, figures):
     text = next(t for t in MESSAGES if fragment in t)
     (d,) = diagnose_message(text)
-    assert d["verdict"] == verdict
+    assert d.verdict == verdict
     for key, value in figures.items():
-        assert d[key] == value, key
+        assert getattr(d, key) == value, key
 
 
 def test_memory_outside_pytorch():
@@ -78,9 +78,9 @@ def test_memory_outside_pytorch():
             "has 41.00 GiB memory in use. Of the allocated memory 39.90 GiB is allocated by PyTorch, and 100.00 MiB "
             "is reserved by PyTorch but unallocated.")
     (d,) = diagnose_message(text)
-    assert d["verdict"] == "outside_pytorch"
-    assert d["device_total_bytes"] - d["device_free_bytes"] - d["reserved_bytes"] == g(80) - g(1) - (g(39.90) + m(100))
-    assert any("38.00 GiB" in a for a in d["advice"])
+    assert d.verdict == "outside_pytorch"
+    assert d.device_total_bytes - d.device_free_bytes - d.reserved_bytes == g(80) - g(1) - (g(39.90) + m(100))
+    assert any("38.00 GiB" in a for a in d.advice)
 
 
 def test_a_memory_fraction_cap():
@@ -88,7 +88,7 @@ def test_a_memory_fraction_cap():
             "30.00 GiB is free. 40.00 GiB allowed; Of the allocated memory 37.00 GiB is allocated by PyTorch, and "
             "1.00 GiB is reserved by PyTorch but unallocated.")
     (d,) = diagnose_message(text)
-    assert d["verdict"] == "capacity_cap" and any("40.00 GiB" in a for a in d["advice"])
+    assert d.verdict == "capacity_cap" and any("40.00 GiB" in a for a in d.advice)
 
 
 def test_private_pool_wording_and_new_env_var_name():
@@ -99,7 +99,7 @@ def test_private_pool_wording_and_new_env_var_name():
             "segments:True to avoid fragmentation.")
     msg = parse_message(text)
     assert msg.private_pools == GiB and msg.reserved == g(22.5)
-    assert diagnose_message(text)[0]["verdict"] == "fragmentation"
+    assert diagnose_message(text)[0].verdict == "fragmentation"
 
 
 def test_verdict_order_on_facts():
@@ -132,13 +132,13 @@ ISSUE_EXAMPLE = ("CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 23.69
 
 def test_the_issue_example_is_exhaustion_and_says_its_numbers():
     (d,) = diagnose_message(ISSUE_EXAMPLE)
-    assert d["verdict"] == "exhaustion"
+    assert d.verdict == "exhaustion"
     # by hand: 22.25 - 21.90 GiB = 358.40 MiB cached; + 181.06 MiB free = 539.46 MiB; - 512 MiB = 27.46 MiB < 32 MiB
-    assert d["advice"][0] == ("358.40 MiB cached but unallocated + 181.06 MiB free on the device = 539.46 MiB, only "
-                              "27.46 MiB more than the 512.00 MiB requested: less than the 32.00 MiB that the CUDA "
-                              "context and the driver's page rounding can take, so no allocator setting could "
-                              "reliably have found the memory.")
-    assert not any("expandable_segments" in a or "max_split_size_mb" in a for a in d["advice"])
+    assert d.advice[0] == ("358.40 MiB cached but unallocated + 181.06 MiB free on the device = 539.46 MiB, only "
+                           "27.46 MiB more than the 512.00 MiB requested: less than the 32.00 MiB that the CUDA "
+                           "context and the driver's page rounding can take, so no allocator setting could "
+                           "reliably have found the memory.")
+    assert not any("expandable_segments" in a or "max_split_size_mb" in a for a in d.advice)
 
 
 def test_the_margin_edge():
@@ -158,10 +158,10 @@ def test_the_margin_edge():
 def test_the_margin_on_a_real_legacy_message():
     # 14.34 - 14.25 GiB = 92.16 MiB cached + 183.50 MiB free = 275.66 MiB for 236 MiB: 39.66 MiB of room
     (d,) = diagnose_message(next(t for t in MESSAGES if "Tried to allocate 236.00 MiB" in t))
-    assert d["verdict"] == "fragmentation"
-    assert d["advice"][0].startswith("92.16 MiB cached but unallocated + 183.50 MiB free on the device = 275.66 MiB, "
-                                     "39.66 MiB more than the 236.00 MiB requested; yet no cached free block could "
-                                     "serve the request: the cached memory is fragmented.")
+    assert d.verdict == "fragmentation"
+    assert d.advice[0].startswith("92.16 MiB cached but unallocated + 183.50 MiB free on the device = 275.66 MiB, "
+                                  "39.66 MiB more than the 236.00 MiB requested; yet no cached free block could "
+                                  "serve the request: the cached memory is fragmented.")
 
 
 # Every real message, its verdict worked out by hand (q requested, c cached = reserved - allocated, f device free,
@@ -215,7 +215,7 @@ def test_every_real_message_has_the_verdict_worked_out_by_hand():
         assert len(found) == 1, fragment
         seen.add(found[0])
         (d,) = diagnose_message(found[0])
-        assert d["verdict"] == verdict, fragment
+        assert d.verdict == verdict, fragment
     assert seen == set(MESSAGES)  # none left unchecked
 
 
@@ -230,8 +230,8 @@ FRAG_2_2 = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 158.0
 
 def test_pytorchs_own_hint_is_no_proof_the_setting_is_on():
     (d,) = diagnose_message(FRAG_2_2)
-    assert d["verdict"] == "fragmentation"
-    expandable = next(a for a in d["advice"] if "expandable_segments" in a)
+    assert d.verdict == "fragmentation"
+    expandable = next(a for a in d.advice if "expandable_segments" in a)
     assert expandable.startswith("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     assert expandable.endswith("Skip this if it is on already (what fragviz was given does not say).")
 
@@ -243,21 +243,21 @@ def test_pytorchs_own_hint_is_no_proof_the_setting_is_on():
 ])
 def test_a_setting_the_text_states_is_not_advised(stated):
     (d,) = diagnose_message(stated + "\n" + FRAG_2_2)
-    assert d["verdict"] == "fragmentation"
-    assert not any(a.startswith(("Set PYTORCH_CUDA_ALLOC_CONF", "Or set max_split_size_mb")) for a in d["advice"])
+    assert d.verdict == "fragmentation"
+    assert not any(a.startswith(("Set PYTORCH_CUDA_ALLOC_CONF", "Or set max_split_size_mb")) for a in d.advice)
     assert any(a.startswith("expandable_segments:True is already in force (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
-                            "True,max_split_size_mb:256 in the pasted text)") for a in d["advice"])
+                            "True,max_split_size_mb:256 in the pasted text)") for a in d.advice)
     assert "max_split_size_mb is already set to 256 (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True," \
-           "max_split_size_mb:256 in the pasted text)." in d["advice"]
-    assert any(a.startswith("Keep tensor sizes steady") for a in d["advice"])  # what else helps
+           "max_split_size_mb:256 in the pasted text)." in d.advice
+    assert any(a.startswith("Keep tensor sizes steady") for a in d.advice)  # what else helps
 
 
 def test_a_stated_conf_without_expandable_gets_it_added():
     (d,) = diagnose_message("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128\n" + FRAG_2_2)
     assert any(a.startswith("Add expandable_segments:True to PYTORCH_CUDA_ALLOC_CONF (now max_split_size_mb:128)")
-               for a in d["advice"])
+               for a in d.advice)
     assert "max_split_size_mb is already set to 128 (PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 in the pasted " \
-           "text)." in d["advice"]
+           "text)." in d.advice
 
 
 # -- a snapshot of hand-worked figures: two 100 MiB segments, 60 MiB live in each, then a 45 MiB request fails --
@@ -282,31 +282,31 @@ def analysed(data: dict):
 def test_a_snapshot_oom_says_its_numbers():
     (d,) = diagnose(analysed(fragmented()), simulate=False)
     # 200 MiB reserved - 120 MiB live = 80 MiB cached, 35 MiB more than 45 MiB; the largest gap is 40 MiB
-    assert (d["verdict"], d["reserved_bytes"], d["allocated_bytes"], d["largest_free_block"]) == \
+    assert (d.verdict, d.reserved_bytes, d.allocated_bytes, d.largest_free_block) == \
         ("fragmentation", 200 * MiB, 120 * MiB, 40 * MiB)
-    assert d["advice"][0] == ("80.00 MiB cached but unallocated, 35.00 MiB more than the 45.00 MiB requested; yet no "
-                              "cached free block could serve the request (the largest is 40.00 MiB): the cached "
-                              "memory is fragmented.")
+    assert d.advice[0] == ("80.00 MiB cached but unallocated, 35.00 MiB more than the 45.00 MiB requested; yet no "
+                           "cached free block could serve the request (the largest is 40.00 MiB): the cached "
+                           "memory is fragmented.")
 
 
 def test_settings_in_force_from_the_snapshot_are_not_advised_nor_simulated():
     settings = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:256",
                 "expandable_segments": True, "max_split_size": 256 * MiB}
     (d,) = diagnose(analysed(fragmented(allocator_settings=settings)))
-    assert d["what_if"] == []  # both suggestions are in force already: nothing to simulate
+    assert d.what_if == ()  # both suggestions are in force already: nothing to simulate
     assert any(a.startswith("expandable_segments:True is already in force (the snapshot's allocator_settings)")
-               for a in d["advice"])
-    assert "max_split_size_mb is already set to 256 (the snapshot's allocator_settings)." in d["advice"]
-    assert not any(a.startswith(("Set PYTORCH_CUDA_ALLOC_CONF", "Or set")) for a in d["advice"])
+               for a in d.advice)
+    assert "max_split_size_mb is already set to 256 (the snapshot's allocator_settings)." in d.advice
+    assert not any(a.startswith(("Set PYTORCH_CUDA_ALLOC_CONF", "Or set")) for a in d.advice)
 
 
 def test_a_snapshot_with_split_size_only_simulates_expandable_on_top_of_it():
     settings = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:256", "expandable_segments": False,
                 "max_split_size": 256 * MiB}
     (d,) = diagnose(analysed(fragmented(allocator_settings=settings)))
-    assert [w["alloc_conf"] for w in d["what_if"]] == ["expandable_segments:True"]
+    assert [w.alloc_conf for w in d.what_if] == ["expandable_segments:True"]
     assert any(a.startswith("Add expandable_segments:True to PYTORCH_CUDA_ALLOC_CONF (now max_split_size_mb:256)")
-               for a in d["advice"])
+               for a in d.advice)
 
 
 # -- a message and a snapshot: together only when they can be the same run --------------------------------------
@@ -321,9 +321,9 @@ def modern(request: str, total: str = "1.00 GiB", gpu: int = 0, allocated: str =
 def test_a_message_of_the_recorded_oom_takes_its_state():
     a = analysed(fragmented())
     _, d = diagnose(a, modern("46.00 MiB"))  # 45 MiB rounds to a 46 MiB segment: the message's figure
-    assert d["event"] is None and d["warnings"] == []
-    assert (d["requested_bytes"], d["largest_free_block"]) == (46 * MiB, 40 * MiB)
-    assert [w["alloc_conf"] for w in d["what_if"]] == ["expandable_segments:True", "max_split_size_mb:512"]
+    assert d.event is None and d.warnings == ()
+    assert (d.requested_bytes, d.largest_free_block) == (46 * MiB, 40 * MiB)
+    assert [w.alloc_conf for w in d.what_if] == ["expandable_segments:True", "max_split_size_mb:512"]
 
 
 @pytest.mark.parametrize("message,why", [
@@ -338,12 +338,25 @@ def test_a_message_of_another_run_is_diagnosed_alone_and_says_why(message, why):
     a = analysed(fragmented())
     _, d = diagnose(a, message)
     (alone,) = diagnose_message(message)
-    assert d["warnings"][0] == (f"The message and the snapshot cannot be the same run: {why}. The message is "
-                                "diagnosed from its own figures; the snapshot's are not used.")
+    assert d.warnings[0] == (f"The message and the snapshot cannot be the same run: {why}. The message is "
+                             "diagnosed from its own figures; the snapshot's are not used.")
     # the 150 MiB GPU's message says 200 MiB reserved: its figures cannot all be true (issue 20 asks for a warning)
-    assert len(d["warnings"]) == 1 + ("150.00 MiB" in message)
-    assert d["largest_free_block"] is None and d["what_if"] == []
-    assert {k: d[k] for k in ("verdict", "requested_bytes", "reserved_bytes", "allocated_bytes", "advice")} == \
-        {k: alone[k] for k in ("verdict", "requested_bytes", "reserved_bytes", "allocated_bytes", "advice")}
+    assert len(d.warnings) == 1 + ("150.00 MiB" in message)
+    assert d.largest_free_block is None and d.what_if == ()
+    assert (d.verdict, d.requested_bytes, d.reserved_bytes, d.allocated_bytes, d.advice) == \
+        (alone.verdict, alone.requested_bytes, alone.reserved_bytes, alone.allocated_bytes, alone.advice)
     (page,) = diagnose_message_with(a, message)  # the doctor page's reading: the same check, no what-ifs
-    assert page["warnings"] == d["warnings"] and page["verdict"] == d["verdict"]
+    assert page.warnings == d.warnings and page.verdict == d.verdict
+
+
+def test_a_diagnosis_is_a_record_whose_json_has_the_public_keys():
+    a = analysed(fragmented())
+    _, d = diagnose(a, modern("46.00 MiB"))
+    out = d.as_dict()
+    assert tuple(out) == PUBLIC_KEYS and "event" not in out  # `fragviz doctor --json`'s object
+    assert [w["alloc_conf"] for w in out["what_if"]] == [w.alloc_conf for w in d.what_if]
+    assert set(out["what_if"][0]) == {"alloc_conf", "status", "outcome", "avoids_oom", "claim", "device_memory_bytes",
+                                      "peak_reserved_bytes", "ooms", "recorded", "baseline", "start_notes", "summary"}
+    assert out["warnings"] == list(d.warnings) and out["notes"] == list(d.notes)
+    with pytest.raises(AttributeError):
+        d.verdict = "exhaustion"  # frozen: a cached diagnosis cannot be changed by one reader for the next

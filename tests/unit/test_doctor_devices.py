@@ -39,13 +39,13 @@ def modern(request: str, gpu: int) -> str:
 
 
 def message_diagnosis(analysis, text, **kw):
-    return [d for d in diagnose(analysis, text, simulate=False, **kw) if d["event"] is None]
+    return [d for d in diagnose(analysis, text, simulate=False, **kw) if d.event is None]
 
 
 def test_the_messages_gpu_picks_the_device_and_the_diagnosis_says_so():
     (d,) = message_diagnosis(two_devices(), modern("46.00 MiB", 1))
-    assert d["device"] == 1 and d["largest_free_block"] == 40 * MiB and d["warnings"] == []
-    assert d["notes"][0] == "Read with the snapshot's device 1 state (the message's GPU 1)."
+    assert d.device == 1 and d.largest_free_block == 40 * MiB and d.warnings == ()
+    assert d.notes[0] == "Read with the snapshot's device 1 state (the message's GPU 1)."
 
 
 def test_a_message_of_one_device_is_not_read_with_another_devices_oom():
@@ -53,7 +53,7 @@ def test_a_message_of_one_device_is_not_read_with_another_devices_oom():
     why = ("the message names GPU 0, but what it asked for (46.00 MiB) is the OOM the snapshot records on device 1 "
            "(event 10), and device 0 records no such OOM")
     (d,) = message_diagnosis(a, modern("46.00 MiB", 0))
-    assert d["largest_free_block"] is None and d["warnings"][0] == (
+    assert d.largest_free_block is None and d.warnings[0] == (
         f"The message and the snapshot cannot be the same run: {why}. The message is diagnosed from its own figures; "
         "the snapshot's are not used.")
     with pytest.raises(DeviceMismatch) as refused:
@@ -72,11 +72,11 @@ def test_a_gpu_the_snapshot_does_not_hold_is_refused():
 
 def test_no_oom_on_the_messages_device_names_the_oom_on_the_other():
     (d,) = message_diagnosis(two_devices(), modern("300.00 MiB", 0))
-    assert d["device"] == 0
-    assert d["warnings"] == ["The largest free block is device 0's final state's: the snapshot records no OOM on "
-                             "device 0 (it records 1 on device 1), so device 0's state at the moment of the message is "
-                             "not known."]
-    assert not any("the snapshot records no OOM," in w for w in d["warnings"])
+    assert d.device == 0
+    assert d.warnings == ("The largest free block is device 0's final state's: the snapshot records no OOM on "
+                          "device 0 (it records 1 on device 1), so device 0's state at the moment of the message is "
+                          "not known.",)
+    assert not any("the snapshot records no OOM," in w for w in d.warnings)
 
 
 def test_a_message_naming_no_gpu_is_matched_by_its_figures_or_read_alone():
@@ -84,15 +84,15 @@ def test_a_message_naming_no_gpu_is_matched_by_its_figures_or_read_alone():
     no_gpu = ("CUDA out of memory. Tried to allocate 46.00 MiB. Of the allocated memory 120.00 MiB is allocated by "
               "PyTorch, and 80.00 MiB is reserved by PyTorch but unallocated.")
     (d,) = message_diagnosis(a, no_gpu)
-    assert d["device"] == 1 and d["largest_free_block"] == 40 * MiB
-    assert d["notes"][0] == ("Read with the snapshot's device 1 state (the message names no GPU; its figures match "
-                             "device 1's recorded OOM (event 10)).")
+    assert d.device == 1 and d.largest_free_block == 40 * MiB
+    assert d.notes[0] == ("Read with the snapshot's device 1 state (the message names no GPU; its figures match "
+                          "device 1's recorded OOM (event 10)).")
     (alone,) = message_diagnosis(a, "RuntimeError: CUDA error: out of memory")
-    assert alone["warnings"][0] == ("The snapshot's state is not read with the message: the message names no GPU, and "
-                                    "the snapshot holds devices 0, 1 with no recorded OOM its figures match. The "
-                                    "message is diagnosed from its own figures.")
+    assert alone.warnings[0] == ("The snapshot's state is not read with the message: the message names no GPU, and "
+                                 "the snapshot holds devices 0, 1 with no recorded OOM its figures match. The "
+                                 "message is diagnosed from its own figures.")
 
 
 def test_the_doctor_page_reading_lends_no_other_devices_state_either():
     (d,) = diagnose_message_with(two_devices(), modern("46.00 MiB", 0))
-    assert d["largest_free_block"] is None and "device 1 (event 10)" in d["warnings"][0]
+    assert d.largest_free_block is None and "device 1 (event 10)" in d.warnings[0]

@@ -79,10 +79,10 @@ def test_the_figures_are_read(e):
 def test_the_verdict_is_the_one_worked_out_by_hand(e):
     want = e["expected"]
     d = diagnose_message(e["text"])[0]
-    assert d["verdict"] == want["verdict"], e["worked"]
-    kinds = {k for k, phrase in WARNING_KINDS.items() if any(phrase in w for w in d["warnings"])}
-    assert kinds == set(want["warnings"]), d["warnings"]
-    assert d["advice"] and all(isinstance(a, str) and a for a in d["advice"])
+    assert d.verdict == want["verdict"], e["worked"]
+    kinds = {k for k, phrase in WARNING_KINDS.items() if any(phrase in w for w in d.warnings)}
+    assert kinds == set(want["warnings"]), d.warnings
+    assert d.advice and all(isinstance(a, str) and a for a in d.advice)
 
 
 @pytest.mark.parametrize("e", ENTRIES, ids=ids(ENTRIES))
@@ -90,19 +90,19 @@ def test_the_advice_can_help(e):
     """Other processes are named by pid and size and the job's own is never offered for stopping; a memory fraction
     is offered only where one limits; fragmentation gets the allocator's fixes, never 'outside PyTorch'."""
     d = diagnose_message(e["text"])[0]
-    text = " ".join(d["advice"])
+    text = " ".join(d.advice)
     own = [p for p in e["expected"]["processes"] if p["own"]]
     others = [p for p in e["expected"]["processes"] if not p["own"]]
     for p in own:
-        assert not any(f"process {p['pid']}" in a and "Stop them" in a for a in d["advice"])
-    if d["verdict"] == "outside_pytorch":
+        assert not any(f"process {p['pid']}" in a and "Stop them" in a for a in d.advice)
+    if d.verdict == "outside_pytorch":
         for p in others:
             assert f"process {p['pid']} ({p['size']})" in text
-    if d["verdict"] == "fragmentation":
+    if d.verdict == "fragmentation":
         assert "expandable_segments" in text and "used outside PyTorch's allocator" not in text
     if "allowed" not in e["expected"]["figures"] or "limit-caps-nothing" in e["classes"]:
         assert "Raise or remove torch.cuda.set_per_process_memory_fraction" not in text
-    if d["verdict"] == "capacity_cap" and "allowed" in e["expected"]["figures"]:
+    if d.verdict == "capacity_cap" and "allowed" in e["expected"]["figures"]:
         assert "set_per_process_memory_fraction" in text
 
 
@@ -117,17 +117,17 @@ def test_a_lower_case_pytorch_still_gives_the_reserved_figure():
     text = real("AP-PA-3").replace("by PyTorch", "by Pytorch")
     assert "by Pytorch)" in text
     (d,) = diagnose_message(text)
-    assert d["reserved_bytes"] == size("19.00 GiB") and d["verdict"] == "fragmentation"
-    assert diagnose_message(text.upper())[0]["reserved_bytes"] == size("19.00 GiB")
+    assert d.reserved_bytes == size("19.00 GiB") and d.verdict == "fragmentation"
+    assert diagnose_message(text.upper())[0].reserved_bytes == size("19.00 GiB")
 
 
 def test_a_memory_fraction_equal_to_the_device_caps_nothing():
     # TheRock-2118 with its fraction set to 1.0: "255.98 GiB allowed" on a 255.98 GiB device
     text = real("TheRock-2118").replace("1.05 GiB allowed", "255.98 GiB allowed")
     (d,) = diagnose_message(text)
-    assert d["verdict"] != "capacity_cap" or "Raise or remove" not in " ".join(d["advice"])
-    assert not any("set_per_process_memory_fraction" in a and "Raise" in a for a in d["advice"])
-    assert any("caps nothing" in n for n in d["notes"])
+    assert d.verdict != "capacity_cap" or "Raise or remove" not in " ".join(d.advice)
+    assert not any("set_per_process_memory_fraction" in a and "Raise" in a for a in d.advice)
+    assert any("caps nothing" in n for n in d.notes)
 
 
 def test_a_message_wrapped_with_a_prefix_on_every_line():
@@ -135,27 +135,27 @@ def test_a_message_wrapped_with_a_prefix_on_every_line():
     lines = real("pytorch-pr-99699").strip('"\n').split("\n")
     text = "\n".join(f"[rank3]: {line}" for line in lines).replace("'", "&#39;").replace(">", "&gt;")
     (d,) = diagnose_message(text)
-    assert d["verdict"] == "fragmentation" and d["warnings"] == []
-    assert d["reserved_bytes"] == size("14.12 GiB") + size("410.41 MiB")
+    assert d.verdict == "fragmentation" and d.warnings == ()
+    assert d.reserved_bytes == size("14.12 GiB") + size("410.41 MiB")
     pytest_style = "\n".join("E   " + line for line in lines)
-    assert diagnose_message(pytest_style)[0]["reserved_bytes"] == d["reserved_bytes"]
+    assert diagnose_message(pytest_style)[0].reserved_bytes == d.reserved_bytes
 
 
 def test_a_cut_message_says_what_could_not_be_read_and_gives_no_verdict():
     cut = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 312.00 MiB. GPU"
     (d,) = diagnose_message(cut)
-    assert d["verdict"] == "undetermined"
-    (warning,) = d["warnings"]
+    assert d.verdict == "undetermined"
+    (warning,) = d.warnings
     assert warning.startswith("Could not read ") and "so the figures read do not tell the cause" in warning
     for name in ("the GPU number", "the device total", "the device's free memory", "the memory allocated by PyTorch",
                  "the memory reserved by PyTorch"):
         assert name in warning
     # only the request and the total: no confident verdict either
     two = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which"
-    assert diagnose_message(two)[0]["verdict"] == "undetermined"
+    assert diagnose_message(two)[0].verdict == "undetermined"
 
 
 def test_a_pid_the_user_gives_is_the_job_itself():
     text = real("FireRedTTS2-17")
     (d,) = diagnose_message(text, job_pid=1493972)
-    assert [(p["pid"], p["own"]) for p in d["processes"]] == [(3893521, False), (1493972, True)]
+    assert [(p.pid, p.own) for p in d.processes] == [(3893521, False), (1493972, True)]

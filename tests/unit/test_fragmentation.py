@@ -169,8 +169,8 @@ def test_the_doctor_gives_the_figure_of_the_state_at_the_oom():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     analysis = analyze(load_snapshot(os.path.join(root, "sample_snapshots", "gpt_train_fragmentation_oom.pickle.gz")))
     (oom,) = diagnose(analysis, simulate=False)
-    state = state_figures(analysis.replays[0].segments_at(oom["event"]))
-    assert (oom["non_releasable_bytes"], oom["fragmentation"]) == (state.non_releasable_bytes,
-                                                                   pytest.approx(state.fragmentation))
-    assert oom["fragmentation"] > 0.15
+    state = state_figures(analysis.replays[0].segments_at(oom.event))
+    assert (oom.non_releasable_bytes, oom.fragmentation) == (state.non_releasable_bytes,
+                                                             pytest.approx(state.fragmentation))
+    assert oom.fragmentation > 0.15
     assert f"fragmentation {state.fragmentation:.1%} of reserved" in doctor_text("x", [oom])

@@ -126,7 +126,7 @@ def test_a_past_state_counts_the_pending_free_the_trace_left():
 def test_doctor_notes_name_private_pools_and_pending_frees():
     a = analysed(three_pools())
     (oom,) = diagnose(a, MESSAGE)
-    private, pending = oom["notes"]
+    private, pending = oom.notes
     assert "Private pools hold 42.00 MiB of the 62.00 MiB reserved" in private
     assert "pool (0, 3) 40.00 MiB with 30.00 MiB free, largest free block 30.00 MiB" in private
     assert "pool (1, 0) 2.00 MiB, fully allocated" in private
@@ -140,7 +140,7 @@ def test_doctor_notes_of_a_trace_oom_read_the_state_before_it():
     data["device_traces"] = [[ev("oom", 0, 16 * MiB, device_free=4 * MiB)]]
     a = analysed(data)
     (oom,) = diagnose(a, simulate=False)
-    assert oom["event"] == 0 and len(oom["notes"]) == 2
+    assert oom.event == 0 and len(oom.notes) == 2
     room = request_pool_at(a, 0, 0)
     assert (room.pool, room.free_bytes, room.largest_free_block) == (GENERAL_POOL, 12 * MiB, 8 * MiB)
     assert request_pool_at(a, 0, None, (0, 3)).largest_free_block == 30 * MiB
@@ -150,7 +150,7 @@ def test_doctor_notes_of_a_trace_oom_read_the_state_before_it():
 def test_no_notes_without_private_pools_or_pending_frees():
     seg = segment(G, [block(G, 2 * MiB), block(G + 2 * MiB, 18 * MiB, "inactive", 0)])
     (oom,) = diagnose(analysed(snapshot([seg])), MESSAGE)
-    assert oom["notes"] == []
+    assert oom.notes == ()
 
 
 def test_segment_map_labels_private_pools_and_says_what_pending_frees_wait_for():
@@ -227,9 +227,9 @@ def test_real_file_pending_frees(verl):
 def test_real_file_doctor_notes(verl):
     want = raw_pools()
     (oom,) = diagnose(verl, MESSAGE)
-    private = oom["notes"][0]
+    private = oom.notes[0]
     held = want[(0, 1)]["reserved"] + want[(0, 2)]["reserved"]
     assert f"Private pools hold {held / 2**30:.2f} GiB" in private
     assert f"general pool's {want[(0, 0)]['free'] / MiB:.2f} MiB cached free" in private
-    assert oom["notes"][1].startswith(f"9 blocks ({want[(0, 0)]['pending'] / MiB:.2f} MiB) were freed")
-    assert pool_notes(list(verl.snapshot.segments_of(0))) == oom["notes"]
+    assert oom.notes[1].startswith(f"9 blocks ({want[(0, 0)]['pending'] / MiB:.2f} MiB) were freed")
+    assert tuple(pool_notes(list(verl.snapshot.segments_of(0)))) == oom.notes

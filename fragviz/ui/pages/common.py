@@ -1,10 +1,12 @@
 """Bits every page uses: the header, error panels, URL query parsing, byte formatting, an OOM verdict."""
 from __future__ import annotations
 
+from typing import Callable
 from urllib.parse import parse_qs, urlencode
 
 from dash import dcc, html
 
+from fragviz.doctor import Diagnosis
 from fragviz.store.records import Summary
 from fragviz.base.units import format_bytes
 
@@ -54,24 +56,25 @@ def card(title: str, *children, id: str | None = None, class_name: str = "") -> 
     return html.Section(className=f"fv-card {class_name}", children=[html.H3(title), *children], **kwargs)
 
 
-# (key, label): the figures a verdict card lists, where the diagnosis has them
-_OOM_FIGURES = (("requested_bytes", "requested"), ("reserved_bytes", "reserved"), ("allocated_bytes", "allocated"),
-                ("non_releasable_bytes", "non-releasable"),
-                ("largest_free_block", "largest request the cache could serve"),
-                ("device_free_bytes", "device free"), ("device_total_bytes", "device total"))
+# (figure, label): the figures a verdict card lists, where the diagnosis has them
+_OOM_FIGURES: tuple[tuple[Callable[[Diagnosis], int | None], str], ...] = (
+    (lambda o: o.requested_bytes, "requested"), (lambda o: o.reserved_bytes, "reserved"),
+    (lambda o: o.allocated_bytes, "allocated"), (lambda o: o.non_releasable_bytes, "non-releasable"),
+    (lambda o: o.largest_free_block, "largest request the cache could serve"),
+    (lambda o: o.device_free_bytes, "device free"), (lambda o: o.device_total_bytes, "device total"))
 
 
-def verdict_card(o: dict, title: str, link=None) -> html.Div:
-    """One OOM diagnosis (an entry of `fragviz doctor --json`): its figures, what limits it, advice, notes and
-    what-ifs, under `title`; `link` (to the OOM's state, say) under the title."""
-    figs = [(label, fb(o[k])) for k, label in _OOM_FIGURES if o.get(k) is not None]
-    if o.get("fragmentation") is not None:  # of the snapshot's state read, with the non-releasable bytes
-        figs.insert(3, ("fragmentation", f"{o['fragmentation']:.1%} of reserved"))
-    return html.Div(className=f"fv-verdict fv-{o['verdict']}", children=[
+def verdict_card(o: Diagnosis, title: str, link=None) -> html.Div:
+    """One OOM diagnosis: its figures, what limits it, advice, notes and what-ifs, under `title`; `link` (to the
+    OOM's state, say) under the title."""
+    figs = [(label, fb(figure(o))) for figure, label in _OOM_FIGURES if figure(o) is not None]
+    if o.fragmentation is not None:  # of the snapshot's state read, with the non-releasable bytes
+        figs.insert(3, ("fragmentation", f"{o.fragmentation:.1%} of reserved"))
+    return html.Div(className=f"fv-verdict fv-{o.verdict}", children=[
         html.H4(title), link,
         html.Dl([c for label, v in figs for c in (html.Dt(label), html.Dd(v))]),
-        html.Ul([html.Li(w) for w in o["warnings"]], className="fv-warnings") if o.get("warnings") else None,
-        html.Ul([html.Li(a) for a in o["advice"]]),
-        html.Ul([html.Li(t) for t in o["notes"]], className="fv-notes") if o.get("notes") else None,
-        html.Ul([html.Li(w["summary"]) for w in o["what_if"]], className="fv-whatif") if o.get("what_if") else None,
+        html.Ul([html.Li(w) for w in o.warnings], className="fv-warnings") if o.warnings else None,
+        html.Ul([html.Li(a) for a in o.advice]),
+        html.Ul([html.Li(t) for t in o.notes], className="fv-notes") if o.notes else None,
+        html.Ul([html.Li(w.summary) for w in o.what_if], className="fv-whatif") if o.what_if else None,
     ])

@@ -6,7 +6,7 @@ from typing import Any
 
 from dash import Input, Output, State, dcc, html
 
-from fragviz.doctor import diagnose_message, diagnose_message_with
+from fragviz.doctor import Diagnosis, diagnose_message, diagnose_message_with
 from fragviz.doctor.message import find_messages
 from fragviz.doctor.summary import SummaryFormatError, parse_summary
 from fragviz.doctor.summary_checks import message_device
@@ -103,13 +103,13 @@ def _list(title: str, items: tuple[str, ...], class_name: str) -> html.Div:
     return html.Div(className=class_name, children=[html.H4(title), html.Ul([html.Li(i) for i in items])])
 
 
-def _ooms(ooms: list[dict[str, Any]]) -> html.Div:
+def _ooms(ooms: list[Diagnosis]) -> html.Div:
     if not ooms:
         return html.Div()
     out = []
     for o in ooms:
-        where = f" at event {o['event']} of device {o['device']}" if o.get("event") is not None else " (the message)"
-        out.append(verdict_card(o, f"OOM{where}: {_VERDICTS.get(o['verdict'], o['verdict'])}"))
+        where = f" at event {o.event} of device {o.device}" if o.event is not None else " (the message)"
+        out.append(verdict_card(o, f"OOM{where}: {_VERDICTS.get(o.verdict, o.verdict)}"))
     return card("Out-of-memory errors", *out)
 
 

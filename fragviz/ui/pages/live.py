@@ -148,8 +148,7 @@ def _verdict(app_ctx, sid: int | None) -> str:
     if not ooms:
         return "(the snapshot holds no OOM entry to diagnose)"
     o = ooms[-1]
-    return (f"{TITLES.get(o['verdict'], o['verdict'])} — {o['advice'][0]}" if o.get("advice")
-            else TITLES.get(o["verdict"], o["verdict"]))
+    return (f"{TITLES.get(o.verdict, o.verdict)} — {o.advice[0]}" if o.advice else TITLES.get(o.verdict, o.verdict))
 
 
 def _state_figures(app_ctx, aid: int, device: int, seen: float | None):

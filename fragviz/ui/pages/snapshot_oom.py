@@ -3,10 +3,11 @@ and linking to its state (the page at that device and event); other devices' OOM
 that showed another device's OOM unnamed would explain a state the page is not showing."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from dash import Input, Output, State, dcc, html, no_update
 
+from fragviz.doctor import Diagnosis
 from fragviz.ui import ids
 from fragviz.ui.pages.common import make_search, verdict_card
 
@@ -19,35 +20,35 @@ def oom_href(sid: int, device: int, event: int) -> str:
     return f"/snapshots/{sid}" + make_search(device=device, event=event)
 
 
-def oom_title(o: dict[str, Any]) -> str:
+def oom_title(o: Diagnosis) -> str:
     """'Fragmentation on cuda:1 at event 41': the verdict, the device and the event of one recorded OOM."""
-    return f"{TITLES.get(o['verdict'], o['verdict'])} on cuda:{o['device']} at event {o['event']}"
+    return f"{TITLES.get(o.verdict, o.verdict)} on cuda:{o.device} at event {o.event}"
 
 
-def _card(sid: int, o: dict[str, Any]) -> html.Div:
-    link = dcc.Link(f"show the state at this OOM (cuda:{o['device']}, event {o['event']})",
-                    href=oom_href(sid, o["device"], o["event"]), className="fv-oom-link")
+def _card(sid: int, o: Diagnosis) -> html.Div:
+    link = dcc.Link(f"show the state at this OOM (cuda:{o.device}, event {o.event})",
+                    href=oom_href(sid, o.device, o.event), className="fv-oom-link")
     return verdict_card(o, oom_title(o), link)
 
 
-def _elsewhere(sid: int, device: int, ooms: list[dict[str, Any]]) -> list[html.P]:
+def _elsewhere(sid: int, device: int, ooms: list[Diagnosis]) -> list[html.P]:
     """One line per other device with OOMs: how many, and a link to the first one's state."""
-    by_device: dict[int, list[dict[str, Any]]] = {}
+    by_device: dict[int, list[Diagnosis]] = {}
     for o in ooms:
-        if o["device"] != device:
-            by_device.setdefault(o["device"], []).append(o)
+        if o.device != device:
+            by_device.setdefault(o.device, []).append(o)
     return [html.P([f"cuda:{d} records {len(its)} OOM{'s' if len(its) > 1 else ''}: ",
-                    dcc.Link(f"the first at event {its[0]['event']}", href=oom_href(sid, d, its[0]["event"]),
+                    dcc.Link(f"the first at event {its[0].event}", href=oom_href(sid, d, its[0].event),
                              className="fv-oom-link")], className="fv-oom-elsewhere")
             for d, its in sorted(by_device.items())]
 
 
-def verdicts_view(sid: int, device: int, ooms: list[dict[str, Any]]) -> html.Div:
+def verdicts_view(sid: int, device: int, ooms: list[Diagnosis]) -> html.Div:
     """The card's content on `device`: its OOMs' verdicts, or that it records none, then other devices' OOMs.
     `ooms` are the doctor's entries of the snapshot's own OOMs (each with its device and event)."""
     if not ooms:
         return html.Div(html.P("No out-of-memory error is recorded in this snapshot."))
-    here = [_card(sid, o) for o in ooms if o["device"] == device]
+    here = [_card(sid, o) for o in ooms if o.device == device]
     none_here = [] if here else [html.P(f"No out-of-memory error is recorded on cuda:{device}.")]
     return html.Div([*here, *none_here, *_elsewhere(sid, device, ooms)])
 
