@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fragviz.ui.compare_figures import SIDE_COLORS, SideSeries, aligned_figure
+from fragviz.ui.figures.compare import SIDE_COLORS, SideSeries, aligned_figure
 
 MiB = 2**20
 

@@ -5,7 +5,10 @@ import numpy as np
 
 from fragviz.model import Block, BlockState, Frame, Segment
 from fragviz.library import AnnotationSpan
-from fragviz.ui import figures
+from fragviz.ui.figures.gaps import gap_histogram_figure, pow2_label
+from fragviz.ui.figures.segments import segment_axis_figure, segment_map_figure
+from fragviz.ui.figures.stacks import icicle_figure
+from fragviz.ui.figures.timeline import timeline_figure
 
 MiB = 1024**2
 
@@ -20,8 +23,8 @@ def timeline_record(bucket: int, n: int) -> dict:
 
 
 def test_timeline_draws_min_and_max_bands_when_summarised():
-    raw = figures.timeline_figure(timeline_record(1, 10), {"oom": [4]}, event=7)
-    lod = figures.timeline_figure(timeline_record(64, 10), {}, event=None)
+    raw = timeline_figure(timeline_record(1, 10), {"oom": [4]}, event=7)
+    lod = timeline_figure(timeline_record(64, 10), {}, event=None)
     assert len(raw.data) == 4 + 1 + 1  # four lines, fragmentation, the OOM markers
     assert len(lod.data) == 4 * 2 + 1  # a min and a max trace per figure, fragmentation
     assert [t.fill for t in lod.data[:2]] == [None, "tonexty"]
@@ -42,7 +45,7 @@ def test_segment_map_draws_blocks_to_scale_with_rounding_waste():
     a = seg(0x1000_0000, (4 * MiB, 4 * MiB - 512 * 1024, BlockState.ACTIVE_ALLOCATED, 0),
             (2 * MiB, 2 * MiB, BlockState.ACTIVE_PENDING_FREE, -1), (14 * MiB, 0, BlockState.INACTIVE, -1))
     b = seg(0x2000_0000, (2 * MiB, 2 * MiB, BlockState.ACTIVE_ALLOCATED, 1))
-    fig = figures.segment_map_figure([b, a], lambda stack: f"site {stack}")
+    fig = segment_map_figure([b, a], lambda stack: f"site {stack}")
     traces = {t.name: t for t in fig.data}
     assert set(traces) == {"allocated", "rounding waste", "pending free", "free"}
     assert list(traces["free"].x) == [14.0] and list(traces["free"].base) == [6.0]
@@ -54,13 +57,13 @@ def test_segment_map_draws_blocks_to_scale_with_rounding_waste():
 
 def test_hover_text_escapes_markup():
     a = seg(0x1000_0000, (2 * MiB, 2 * MiB, BlockState.ACTIVE_ALLOCATED, 0))
-    fig = figures.segment_map_figure([a], lambda stack: "<script>x</script>")
+    fig = segment_map_figure([a], lambda stack: "<script>x</script>")
     assert "<script>" not in fig.data[0].hovertext[0] and "&lt;script&gt;" in fig.data[0].hovertext[0]
 
 
 def test_gap_histogram_buckets_by_log2_size():
     gaps = [512, 700, 3 * MiB, 5 * MiB, 6 * MiB]
-    fig = figures.gap_histogram_figure(gaps, mark=4 * MiB, largest=6 * MiB)
+    fig = gap_histogram_figure(gaps, mark=4 * MiB, largest=6 * MiB)
     counts = dict(zip(fig.data[0].customdata, fig.data[0].y))
     assert counts["512 B–1.00 KiB"] == 2 and counts["2.00 MiB–4.00 MiB"] == 1 and counts["4.00 MiB–8.00 MiB"] == 2
     assert sum(fig.data[0].y) == len(gaps)
@@ -73,7 +76,7 @@ def test_gap_histogram_buckets_by_log2_size():
 
 def test_icicle_values_add_up():
     f1, f2, f3 = Frame("a.py", 1, "main"), Frame("b.py", 2, "layer"), Frame("c.py", 3, "other")
-    fig = figures.icicle_figure({(f2, f1): 10, (f3, f1): 5, (f1,): 1})
+    fig = icicle_figure({(f2, f1): 10, (f3, f1): 5, (f1,): 1})
     values = dict(zip(fig.data[0].ids, fig.data[0].values))
     assert values["root"] == 16
     # main, shared by every stack, is folded into the root: layer and other are the first level drawn
@@ -87,29 +90,29 @@ def test_timeline_by_time_carries_events_in_customdata():
     rec = timeline_record(1, 4)
     rec["time_us_min"] = np.array([10_000_000, 10_500_000, 12_000_000, 13_000_000])
     rec["t0_us"] = 10_000_000
-    fig = figures.timeline_figure(rec, {"oom": [2]}, event=2, axis="time")
+    fig = timeline_figure(rec, {"oom": [2]}, event=2, axis="time")
     assert list(fig.data[0].x) == [0.0, 0.5, 2.0, 3.0] and list(fig.data[0].customdata) == [0, 1, 2, 3]
     assert fig.layout.xaxis.title.text == "seconds since the first event"
     assert fig.layout.shapes[0].x0 == 2.0 and list(fig.data[-1].x) == [2.0]  # the line and the OOM by time
-    by_event = figures.timeline_figure(rec, {}, event=None)
+    by_event = timeline_figure(rec, {}, event=None)
     assert list(by_event.data[0].x) == [0, 1, 2, 3] and list(by_event.data[0].customdata) == [0.0, 0.5, 2.0, 3.0]
 
 
 def test_gap_histogram_ticks_are_few_round_powers_of_two():
     # 512 B to 1 GiB: 2**9 .. 2**30, 22 powers; every 5th (2**10, 2**15, ...) keeps 1 KiB, 1 MiB, 1 GiB
-    fig = figures.gap_histogram_figure([512, 1024**3 - 1], mark=None, largest=0)
+    fig = gap_histogram_figure([512, 1024**3 - 1], mark=None, largest=0)
     assert list(fig.layout.xaxis.tickvals) == [10, 15, 20, 25, 30]
     assert list(fig.layout.xaxis.ticktext) == ["1 KiB", "32 KiB", "1 MiB", "32 MiB", "1 GiB"]
     assert fig.layout.xaxis.tickangle == 0 and fig.layout.xaxis.automargin
-    narrow = figures.gap_histogram_figure([3 * MiB, 5 * MiB], mark=None, largest=0)  # 2**21 .. 2**23
+    narrow = gap_histogram_figure([3 * MiB, 5 * MiB], mark=None, largest=0)  # 2**21 .. 2**23
     assert list(narrow.layout.xaxis.ticktext) == ["2 MiB", "4 MiB", "8 MiB"]
     assert fig.layout.legend.yanchor == "bottom" and fig.layout.legend.y >= 1  # above the plot, off the ticks
-    assert [figures.pow2_label(e) for e in (0, 9, 10, 29, 40)] == ["1 B", "512 B", "1 KiB", "512 MiB", "1 TiB"]
+    assert [pow2_label(e) for e in (0, 9, 10, 29, 40)] == ["1 B", "512 B", "1 KiB", "512 MiB", "1 TiB"]
 
 
 def test_timeline_draws_steps_and_round_fragmentation_ticks():
     for bucket in (1, 64):
-        fig = figures.timeline_figure(timeline_record(bucket, 5), {}, event=None)
+        fig = timeline_figure(timeline_record(bucket, 5), {}, event=None)
         assert {t.line.shape for t in fig.data} == {"hv"}
         assert list(fig.layout.yaxis2.tickvals) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
         assert fig.layout.yaxis2.tickformat == ".0%" and fig.layout.yaxis2.tickmode == "array"
@@ -121,13 +124,13 @@ def test_timeline_draws_annotated_spans_by_event_and_by_time():
     rec["t0_us"] = 10_000_000
     spans = [AnnotationSpan("forward", 1, 3, 10_000_500, 10_002_500),
              AnnotationSpan("Optimizer.step#AdamW.step", 4, 6, 10_003_500, 10_005_000, closed=False)]
-    by_event = figures.timeline_figure(rec, {}, event=None, spans=spans)
+    by_event = timeline_figure(rec, {}, event=None, spans=spans)
     band, labels = by_event.data[0], by_event.data[1]
     assert band.fill == "toself" and band.name == "annotated spans (record_function)" and band.showlegend is not False
     assert list(band.x) == [1, 3, 3, 1, 1, None, 4, 6, 6, 4, 4, None] and band.yaxis == "y2"
     assert list(labels.text) == ["forward", "Optimizer.step#AdamW.step"] and list(labels.x) == [1, 4]
     assert "no END recorded" in labels.hovertext[1] and "2.000 ms" in labels.hovertext[0]
-    by_time = figures.timeline_figure(rec, {}, event=None, spans=spans, axis="time")
+    by_time = timeline_figure(rec, {}, event=None, spans=spans, axis="time")
     band, labels = by_time.data[0], by_time.data[1]
     assert list(band.x)[:5] == [0.0005, 0.0025, 0.0025, 0.0005, 0.0005]  # their own times, in seconds
     assert list(labels.customdata) == [1, 4]  # a click on a name selects the span's first state
@@ -144,7 +147,7 @@ def test_segment_map_orders_rows_by_pool_stream_and_size_whatever_their_state():
     private = Segment(0, 0x5000_0000, 200 * MiB, 0, "large",
                       (Block(0x5000_0000, 200 * MiB, 0, BlockState.INACTIVE, -1),), pool_id=(0, 1))
     segments = [used, private, free_big, small, other_stream, used_big]
-    fig = figures.segment_map_figure(segments, lambda s: "")
+    fig = segment_map_figure(segments, lambda s: "")
     rows = list(fig.layout.yaxis.categoryarray)
     # general pool: large stream 0 by size (the free one first), large stream 7, small; then the private pool
     assert [r.split()[-1] for r in rows] == ["0x90000000", "0x20000000", "0x10000000", "0x30000000", "0x40000000",
@@ -155,13 +158,13 @@ def test_segment_map_orders_rows_by_pool_stream_and_size_whatever_their_state():
 
 def test_segment_map_folds_the_smallest_and_says_how_many():
     segments = [seg(0x1000_0000 + i * 0x100_0000, ((i + 1) * MiB, 0, BlockState.INACTIVE, -1)) for i in range(10)]
-    fig = figures.segment_map_figure(segments, lambda s: "", max_rows=4, own_axis=False)
+    fig = segment_map_figure(segments, lambda s: "", max_rows=4, own_axis=False)
     drawn = {int(r.split()[-1], 16) for r in fig.layout.yaxis.categoryarray}
     assert drawn == {0x1000_0000 + i * 0x100_0000 for i in (6, 7, 8, 9)}  # the four largest
     assert fig.layout.annotations[0].text.startswith("6 smaller segments folded: showing the 4 largest of 10")
     assert fig.layout.xaxis.showticklabels is False and list(fig.layout.xaxis.range) == [0, 10.0]
-    everything = figures.segment_map_figure(segments, lambda s: "", max_rows=None)
+    everything = segment_map_figure(segments, lambda s: "", max_rows=None)
     assert len(everything.layout.yaxis.categoryarray) == 10 and not everything.layout.annotations
-    axis = figures.segment_axis_figure(segments, max_rows=4)
+    axis = segment_axis_figure(segments, max_rows=4)
     assert list(axis.layout.xaxis.range) == [0, 10.0] and axis.layout.xaxis.title.text == "offset in segment (MiB)"
     assert axis.layout.xaxis.side == "top" and axis.data[0].y[0] in fig.layout.yaxis.categoryarray

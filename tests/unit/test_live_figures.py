@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from fragviz.store.live import SAMPLE_COLUMNS
-from fragviz.ui.live_figures import LIVE_TRACES, OOM_TRACE, live_figure, live_points, thin
+from fragviz.ui.figures.live import LIVE_TRACES, OOM_TRACE, live_figure, live_points, thin
 
 MiB = 2**20
 

@@ -13,7 +13,8 @@ from fragviz.doctor.pools import pool_notes, request_pool_at
 from fragviz.model.metrics import GENERAL_POOL, pending_frees, pool_figures, pool_of
 from fragviz.doctor.report import report_dict, report_text
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes, read_raw
-from fragviz.ui import figures
+from fragviz.ui.figures.segments import segment_map_figure
+from fragviz.ui.figures.style import COLORS
 from tests.support.cases import case_a
 from tests.support.helpers import MiB, block, ev, real, segment, snapshot
 
@@ -155,10 +156,10 @@ def test_no_notes_without_private_pools_or_pending_frees():
 
 def test_segment_map_labels_private_pools_and_says_what_pending_frees_wait_for():
     segs = list(load_snapshot_bytes(pickle.dumps(three_pools()), "case.pickle").segments_of(0))
-    fig = figures.segment_map_figure(segs, lambda stack: "")
+    fig = segment_map_figure(segs, lambda stack: "")
     traces = {t.name: t for t in fig.data}
     pending = traces["pending free"]
-    assert pending.marker.color == figures.COLORS["pending"] != traces["allocated"].marker.color
+    assert pending.marker.color == COLORS["pending"] != traces["allocated"].marker.color
     assert len(pending.hovertext) == 1
     assert pending.hovertext[0].startswith("freed, waiting for stream work (active_pending_free): 2.00 MiB")
     rows = set(traces["allocated"].y)

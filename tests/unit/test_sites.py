@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fragviz.model import Block, BlockState, Frame, Segment
 from fragviz.snapshot.frames import cpp_function, is_allocator_frame, visible_frames
-from fragviz.ui import figures
+from fragviz.ui.figures.stacks import icicle_figure
 from fragviz.ui.sites import INTERNAL_ONLY, SITE_CHARS, icicle_weights, short_site
 from fragviz.usage.sites import NO_STACK_SITE, ONLY_ALLOCATOR_SITE, site_label, top_sites
 
@@ -132,7 +132,7 @@ def test_icicle_weights_add_up_stacks_that_the_filter_makes_equal():
     # stacks without a user frame: one box, not a chain of unwinder frames (the stack panel shows them whole)
     assert icicle_weights(weights, False) == {(USER,): 15, (other, USER): 7, (INTERNAL_ONLY,): 6}
     assert icicle_weights(weights, True) == weights
-    fig = figures.icicle_figure(icicle_weights(weights, False))
+    fig = icicle_figure(icicle_weights(weights, False))
     assert "(only PyTorch-internal and C++ frames)" in fig.data[0].labels
 
 
@@ -140,7 +140,7 @@ def test_icicle_folds_the_shared_prefix_into_the_root():
     main, train, step = Frame("/w/main.py", 10, "train"), Frame("/w/loop.py", 20, "run"), Frame("/w/loop.py", 30, "step")
     fwd, bwd = Frame("/w/model.py", 5, "forward"), Frame("/w/model.py", 9, "backward")
     # innermost first, as recorded: main → run → step, then forward or backward
-    fig = figures.icicle_figure({(fwd, step, train, main): 6, (bwd, step, train, main): 4})
+    fig = icicle_figure({(fwd, step, train, main): 6, (bwd, step, train, main): 4})
     ice = fig.data[0]
     assert ice.labels[0] == "all (via main.py:10 train → … → loop.py:30 step)"
     assert "loop.py:20 run" in ice.hovertext[0]
@@ -150,13 +150,13 @@ def test_icicle_folds_the_shared_prefix_into_the_root():
 
 def test_icicle_of_one_stack_still_draws_its_innermost_frame():
     a, b = Frame("/w/a.py", 1, "outer"), Frame("/w/b.py", 2, "inner")
-    ice = figures.icicle_figure({(b, a): 8}).data[0]
+    ice = icicle_figure({(b, a): 8}).data[0]
     assert ice.labels[0] == "all (via a.py:1 outer)" and list(ice.labels[1:]) == ["inner (b.py:2)"]
     assert list(ice.values) == [8, 8]
 
 
 def test_icicle_depth_counts_from_the_first_branch():
     chain = tuple(Frame("/w/f.py", i, f"f{i}") for i in range(20))  # root-first
-    fig = figures.icicle_figure({tuple(reversed(chain + (Frame("/w/x.py", 1, "x"),))): 3,
+    fig = icicle_figure({tuple(reversed(chain + (Frame("/w/x.py", 1, "x"),))): 3,
                                  tuple(reversed(chain + (Frame("/w/y.py", 1, "y"),))): 2}, max_depth=1)
     assert list(fig.data[0].labels[1:]) == ["x (x.py:1)", "y (y.py:1)"]

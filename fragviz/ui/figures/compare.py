@@ -1,14 +1,16 @@
-"""The compare page's aligned timelines: records in, go.Figure out. Pure, so tested without a server."""
+"""The compare page's figures: both sides' timelines on a shared axis, and the difference by allocation site."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from html import escape
 from typing import Any, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
 from fragviz.replay.align import AXIS_TITLES
-from fragviz.ui.figures import unit_for
+from fragviz.base.units import MiB
+from fragviz.ui.figures.style import COLORS, unit_for
 
 SIDE_COLORS = {"A": "#0072B2", "B": "#D55E00"}  # Okabe-Ito blue and vermillion: one colour per side
 FIGURE_DASH = {"allocated": "solid", "reserved": "dash"}  # the figure by line style
@@ -59,3 +61,18 @@ def _line(side: SideSeries, figure: str, dash: str, scale: float, unit: str, axi
         customdata=np.asarray(side.timeline["start"]).tolist(),  # a plain list: clicks lose typed arrays
         hovertemplate=f"{side.label} {figure}{' max' if summarised else ''} %{{y:.3f}} {unit}"
                       f"<extra>{side.label}: {where}, state %{{customdata}}</extra>")
+
+
+def difference_figure(rows: list[dict[str, Any]], label_a: str, label_b: str) -> go.Figure:
+    """Live bytes per allocation site in two states, the sites that changed most first."""
+    rows = rows[:25]
+    fig = go.Figure()
+    sites = [escape(r["site"], quote=False)[:80] for r in rows]
+    fig.add_trace(go.Bar(y=sites, x=[r["bytes_a"] / MiB for r in rows], name=label_a, orientation="h",
+                         marker_color=COLORS["requested"]))
+    fig.add_trace(go.Bar(y=sites, x=[r["bytes_b"] / MiB for r in rows], name=label_b, orientation="h",
+                         marker_color=COLORS["allocated"]))
+    fig.update_layout(barmode="group", height=max(260, 28 * len(rows) + 80), xaxis=dict(title="MiB live"),
+                      yaxis=dict(autorange="reversed", automargin=True), margin=dict(l=10, r=10, t=30, b=40),
+                      legend=dict(orientation="h", y=1.05))
+    return fig

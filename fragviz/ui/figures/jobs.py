@@ -1,4 +1,4 @@
-"""The job page's figure: records in, go.Figure out (pure, as fragviz.ui.figures)."""
+"""The job page's figure: a bar per rank of peak reserved and peak requested."""
 from __future__ import annotations
 
 from statistics import median
@@ -6,8 +6,8 @@ from statistics import median
 import plotly.graph_objects as go
 
 from fragviz.jobs.table import JobFigures, RankRow
-from fragviz.ui.figures import COLORS, unit_for
 from fragviz.base.units import format_bytes
+from fragviz.ui.figures.style import COLORS, unit_for
 
 
 def ranks_figure(figures: JobFigures) -> go.Figure:

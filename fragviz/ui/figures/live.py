@@ -1,4 +1,4 @@
-"""The live chart: samples in, a figure (or the points to append to it) out. Pure, like figures.py.
+"""The live chart: samples in, a figure (or the points to append to it) out. Pure.
 
 Trace order is fixed (LIVE_TRACES) so that a refresh appends to each trace by index with a Patch: a
 refresh sends only the new points, whatever the job's age. A gap in the recording (the agent could not be
@@ -11,8 +11,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from fragviz.ui.figures import COLORS
 from fragviz.base.units import MiB, format_bytes
+from fragviz.ui.figures.style import COLORS
+
 # (name in the legend, sample column, axis)
 LIVE_TRACES = (
     ("allocated", "allocated", "y"),

@@ -1,12 +1,14 @@
 """Figures of what holds memory: allocations as stacked bands, live memory by kind or by site. Pure."""
 from __future__ import annotations
 
+from html import escape
 from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
 from fragviz.ui.usage_data import BandView, GroupView
+from fragviz.ui.figures.style import unit_for
 from fragviz.usage.kinds import KIND_LABELS
 
 # Site colours (Okabe-Ito, then Tableau): the last, grey, is every other site
@@ -16,13 +18,6 @@ SITE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00",
 KIND_COLORS = {"parameters": "#0072B2", "parameters_inferred": "#8EC4E8", "gradients": "#D55E00",
                "optimizer_state": "#E69F00", "activations": "#009E73", "kv_cache": "#CC79A7",
                "no_stack": "#5E5E5E", "other": "#9A9A9A"}
-
-
-def _unit(peak: float) -> tuple[float, str]:
-    for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if peak >= scale:
-            return float(scale), name
-    return 1.0, "B"
 
 
 def site_color(group: int, groups: int) -> str:
@@ -42,7 +37,7 @@ def bands_figure(view: BandView, x_range: Sequence[float] | None = None) -> go.F
     sends a clicked band to the stack panel.
     """
     b, grid = view.bands, view.bands.grid
-    scale, unit = _unit(float(grid.live.max()) if len(grid) else 0.0)
+    scale, unit = unit_for(float(grid.live.max()) if len(grid) else 0.0)
     edges = grid.edges
     groups = len(view.group_names)
     run_group = view.group[b.run_band] if len(b.run_band) else np.zeros(0, np.int64)
@@ -125,13 +120,13 @@ def _folded_table(view: BandView, scale: float) -> dict:
     base = b.folded_base[g, j] / scale
     return {"x0": grid.edges[j].tolist(), "x1": grid.edges[j + 1].tolist(), "y0": base.tolist(),
             "y1": (base + b.folded[g, j] / scale).tolist(), "group": g.tolist(), "bytes": b.folded[g, j].tolist(),
-            "state": grid.states[j].tolist(), "names": [_escape(_short(n, 80)) for n in view.group_names]}
+            "state": grid.states[j].tolist(), "names": [escape(_short(n, 80), quote=False) for n in view.group_names]}
 
 
 def groups_figure(view: GroupView, x_range: Sequence[float] | None = None) -> go.Figure:
     """Stacked areas of live memory per kind (or per site), as steps: a bucket's state holds until the next."""
     grid = view.grid
-    scale, unit = _unit(float(view.values.sum(axis=0).max()) if view.values.size else 0.0)
+    scale, unit = unit_for(float(view.values.sum(axis=0).max()) if view.values.size else 0.0)
     x = grid.edges.tolist()
     fig = go.Figure()
     groups = len(view.names)
@@ -145,7 +140,7 @@ def groups_figure(view: GroupView, x_range: Sequence[float] | None = None) -> go
         fig.add_trace(go.Scatter(
             x=x, y=y, mode="lines", stackgroup="live", line=dict(width=0.5, color=color, shape="hv"),
             fillcolor=color, name=label, customdata=np.append(grid.states, grid.states[-1]).tolist(),
-            hovertemplate=f"%{{y:.3f}} {unit} {_escape(label)}<extra>state %{{customdata}}</extra>"))
+            hovertemplate=f"%{{y:.3f}} {unit} {escape(label, quote=False)}<extra>state %{{customdata}}</extra>"))
     note = ("exact: one point per state" if grid.bucket == 1 else
             f"each step is the state with the most live bytes among {grid.bucket:,} states")
     fig.update_layout(
@@ -156,10 +151,6 @@ def groups_figure(view: GroupView, x_range: Sequence[float] | None = None) -> go
         annotations=[dict(text=note, xref="paper", yref="paper", x=1, y=-0.18, showarrow=False, xanchor="right",
                           font=dict(size=10, color="#555"))], plot_bgcolor="#ffffff")
     return fig
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def empty_figure(message: str) -> go.Figure:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dash import Input, Output, State, dash_table, dcc, html, no_update
 
 from fragviz.base.errors import FragvizError
-from fragviz.ui import figures, ids
+from fragviz.ui import ids
+from fragviz.ui.figures.compare import difference_figure
 from fragviz.ui.compare_data import compare_views
 from fragviz.ui.pages import compare_align
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int
@@ -121,4 +122,4 @@ def register(app, app_ctx) -> None:
         table = [{"site": r["site"], "a": fb(r["bytes_a"]), "b": fb(r["bytes_b"]), "delta": fb(r["bytes_b"] - r["bytes_a"]),
                   "delta_bytes": r["bytes_b"] - r["bytes_a"]} for r in rows]
         summary = [_summary("A", row_a, da, fig_a, ka), _summary("B", row_b, db, fig_b, kb)]
-        return summary, figures.difference_figure(rows, "A", "B"), table
+        return summary, difference_figure(rows, "A", "B"), table

@@ -9,7 +9,7 @@ from fragviz.replay.align import AXES, AlignmentRefused
 from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
 from fragviz.ui.compare_data import AlignedSide, CompareViews, compare_views
-from fragviz.ui.compare_figures import SideSeries, aligned_figure
+from fragviz.ui.figures.compare import SideSeries, aligned_figure
 from fragviz.ui.pages.common import card, query
 
 AXIS_LABELS = {"event": "event index", "time": "time since the first event", "step": "step markers"}

@@ -12,7 +12,7 @@ from fragviz.base.errors import FragvizError
 from fragviz.jobs.stats import OUTLIER_RULE
 from fragviz.jobs.table import JobFigures, RankRow, job_figures, job_figures_of
 from fragviz.ui import ids
-from fragviz.ui.job_figures import ranks_figure
+from fragviz.ui.figures.jobs import ranks_figure
 from fragviz.ui.pages.common import card, error_panel, fb, header
 
 NOT_RECORDED = "not recorded"

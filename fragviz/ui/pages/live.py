@@ -15,8 +15,9 @@ from dash import ALL, MATCH, Input, Output, Patch, State, ctx, dcc, html, no_upd
 
 from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
-from fragviz.ui.figures import gap_histogram_figure, segment_map_figure
-from fragviz.ui.live_figures import live_figure, live_points, thin
+from fragviz.ui.figures.gaps import gap_histogram_figure
+from fragviz.ui.figures.live import live_figure, live_points, thin
+from fragviz.ui.figures.segments import segment_map_figure
 from fragviz.ui.pages.common import card, error_panel, fb, header
 
 MAX_INITIAL_POINTS = 3000

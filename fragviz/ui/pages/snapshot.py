@@ -9,7 +9,11 @@ from fragviz.base.errors import FragvizError
 from fragviz.model.metrics import PoolFigures, pending_frees, pool_figures, pool_of
 from fragviz.model import Segment
 from fragviz.snapshot.frames import is_user_frame, visible_frames
-from fragviz.ui import figures, ids
+from fragviz.ui import ids
+from fragviz.ui.figures.gaps import gap_histogram_figure
+from fragviz.ui.figures.segments import segment_axis_figure, segment_map_figure
+from fragviz.ui.figures.stacks import icicle_figure
+from fragviz.ui.figures.timeline import timeline_figure
 from fragviz.ui.pages import snapshot_device, snapshot_export, snapshot_oom, usage
 from fragviz.ui.data import gaps_of
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, opening_device, query_int
@@ -165,7 +169,7 @@ def timeline(app_ctx, sid: int, device: int, event: int, lo: int | None = None, 
     x_range = None
     if lo is not None and hi is not None:
         x_range = [lo, hi] if axis == "event" else _seconds(app_ctx, sid, device, [lo, hi])
-    return figures.timeline_figure(tl, app_ctx.views.markers(sid, device), event, x_range=x_range, axis=axis,
+    return timeline_figure(tl, app_ctx.views.markers(sid, device), event, x_range=x_range, axis=axis,
                                    spans=app_ctx.views.annotation_spans(sid, device))
 
 
@@ -225,12 +229,12 @@ def register(app, app_ctx) -> None:
             new_search = make_search(device=cur_device, event=event)
         segments, fig, _ = app_ctx.views.state(sid, cur_device, event)
         rows = None if "all" in (every_segment or []) else SEGMENT_ROWS
-        seg_map = figures.segment_map_figure(segments, lambda stack: app_ctx.views.site(sid, stack), rows,
+        seg_map = segment_map_figure(segments, lambda stack: app_ctx.views.site(sid, stack), rows,
                                              own_axis=False)
         mark, label = _mark(app_ctx, sid, cur_device, event, mark_mib)
         pools = pool_figures(segments)
         room = pool_of(segments).largest_free_block  # the general pool's: what a general request can get
-        hist = figures.gap_histogram_figure(gaps_of(segments), mark, room, label)
+        hist = gap_histogram_figure(gaps_of(segments), mark, room, label)
         info = (f"after {event} of {n} events · reserved {fb(fig.reserved_bytes)} · allocated "
                 f"{fb(fig.allocated_bytes)} · fragmentation {fig.fragmentation:.1%} (non-releasable "
                 f"{fb(fig.non_releasable_bytes)}) · largest request the cache can serve now "
@@ -243,7 +247,7 @@ def register(app, app_ctx) -> None:
         # cards that follow the picker: the OOM verdicts, the sites at the peak).
         return (no_update if new_search == search or navigated else new_search,
                 seg_map, hist, info, (no_update if typed == event else event),
-                figures.segment_axis_figure(segments, rows), (no_update if device == cur_device else cur_device))
+                segment_axis_figure(segments, rows), (no_update if device == cur_device else cur_device))
 
     # The sites table and the icicle follow a moment later, so that the segment map and the histogram of a
     # new event are drawn first (the browser draws one thing at a time).
@@ -260,7 +264,7 @@ def register(app, app_ctx) -> None:
         segments, _, _ = app_ctx.views.state(sid, device, event)
         sites, tips = sites_rows(app_ctx.views.top_sites(sid, segments))
         weights = icicle_weights(app_ctx.views.stack_weights(sid, segments, limit=60), "all" in (show_all or []))
-        fig = figures.icicle_figure(weights, max_depth=8) if weights else {}
+        fig = icicle_figure(weights, max_depth=8) if weights else {}
         return sites, tips, fig, {} if weights else {"display": "none"}, icicle_note(segments, weights)
 
     # The axis switch is a callback of its own: a relayout fired while it is in flight (Plotly reports one

@@ -8,7 +8,7 @@ from dash import dcc, html
 
 from fragviz.ui import ids
 from fragviz.ui.pages.common import card, fb
-from fragviz.ui.usage_figures import empty_figure
+from fragviz.ui.figures.usage import empty_figure
 from fragviz.usage.kinds import KIND_LABELS
 
 GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": True}

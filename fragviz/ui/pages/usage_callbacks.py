@@ -11,7 +11,7 @@ from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
 from fragviz.ui.pages.snapshot import timeline, view_of
 from fragviz.ui.pages.usage import kind_notes
-from fragviz.ui.usage_figures import bands_figure, empty_figure, groups_figure
+from fragviz.ui.figures.usage import bands_figure, empty_figure, groups_figure
 
 
 def register(app, app_ctx) -> None:

@@ -15,7 +15,8 @@ from fragviz.allocator.config import parse_alloc_conf
 from fragviz.base.errors import FragvizError
 from fragviz.store.records import Summary
 from fragviz.simulate.whatif import UNKNOWN, refusal_for, simulate_device
-from fragviz.ui import figures, ids
+from fragviz.ui import ids
+from fragviz.ui.figures.whatif import overlay_figure
 from fragviz.ui.jobs import Job
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, opening_device, query_int
 from fragviz.ui.pages.snapshot import sid_of
@@ -180,4 +181,4 @@ def register(app, app_ctx) -> None:
         # the device the job ran on, whatever the picker says now
         recorded = app_ctx.reader.timeline(sid_of(pathname), result["device"], max_points=MAX_POINTS)
         ooms = [o["event"] for o in result["recorded"]["ooms"]]
-        return _result_panel(result), figures.overlay_figure(recorded, curve, result["alloc_conf"], ooms), True
+        return _result_panel(result), overlay_figure(recorded, curve, result["alloc_conf"], ooms), True

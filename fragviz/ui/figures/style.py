@@ -1,0 +1,20 @@
+"""What every figure shares: the colours, the byte unit an axis is drawn in, round ticks for a fraction."""
+from __future__ import annotations
+
+from fragviz.base.units import GiB, KiB, MiB
+
+# Okabe-Ito: distinguishable with every common colour-vision deficiency.
+COLORS = {"allocated": "#0072B2", "requested": "#56B4E9", "reserved": "#E69F00", "free": "#009E73",
+          "fragmentation": "#CC79A7", "oom": "#D55E00", "pending": "#F0E442", "waste": "#003F63",
+          "segment": "#999999", "selected": "#000000"}
+
+# Round ticks for a 0..1 axis: an overlaying axis otherwise takes its ticks from the primary's (19 %, 37 %, ...)
+FRACTION_TICKS = dict(tickmode="array", tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0], tickformat=".0%")
+
+
+def unit_for(max_bytes: float) -> tuple[float, str]:
+    """(scale, name) of the largest binary unit `max_bytes` reaches: an axis drawn in it reads 1.5, not 1.6e9."""
+    for scale, name in ((GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB")):
+        if max_bytes >= scale:
+            return float(scale), name
+    return 1.0, "B"
