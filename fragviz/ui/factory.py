@@ -14,13 +14,13 @@ from fragviz.library import Library
 from fragviz.store.engine import open_store
 from fragviz.ui import ids
 from fragviz.ui.http.api import Writer, install_api
-from fragviz.ui.data import Views
+from fragviz.ui.data.views import Views
 from fragviz.ui.http.guard import Door, install_guard
-from fragviz.ui.jobs import JobRunner
+from fragviz.ui.data.whatif_runs import WhatIfRuns
 from fragviz.ui.pages import compare, doctor, job, library, live, snapshot, usage_callbacks, whatif
 from fragviz.ui.pages.common import error_panel, header
 
-ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")  # package data: installed with the wheel
+ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")  # a link to the repository's assets/; real files in the wheel
 
 
 @dataclass
@@ -29,7 +29,7 @@ class AppContext:
     writer: Writer
     views: Views
     live: LiveManager
-    jobs: JobRunner = field(default_factory=JobRunner)  # the what-if page's simulations, this app's own
+    whatif_runs: WhatIfRuns = field(default_factory=WhatIfRuns)  # the what-if page's simulations, this app's own
 
 
 def create_app(db_path: str, token: str | None = None, samples: str | None = None, host: str = "127.0.0.1",
