@@ -4,10 +4,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+step() { echo "set-up: $*"; }
 if [ ! -x .venv/bin/python ]; then
+    step "creating .venv with $("$PYTHON" --version 2>&1)"
     "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt 2> >(grep -v "^WARNING: Location" >&2)
+# pip shows its progress when it has something to install: the first time, or after requirements.txt changed
+# (a copy of the one last installed is kept in .venv); otherwise it only checks, quietly
+stamp=.venv/fragviz-requirements.txt
+if [ -f "$stamp" ] && cmp -s requirements.txt "$stamp"; then
+    step "checking .venv against requirements.txt (unchanged since the last set-up)"
+    pip_output=(--quiet)
+else
+    step "installing requirements.txt into .venv (a few minutes the first time: PyTorch is the largest)"
+    pip_output=(--progress-bar on)
+fi
+.venv/bin/python -m pip install "${pip_output[@]}" --disable-pip-version-check -r requirements.txt \
+    2> >(grep -v "^WARNING: Location" >&2)
+cp requirements.txt "$stamp"
+step "installing fragviz itself into .venv, editable (pip install -e .)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . 2> >(grep -v "^WARNING: Location" >&2)
 # The fragviz command is .venv/bin/fragviz (pyproject.toml's [project.scripts]): say how to reach it.
 if [ ! -x .venv/bin/fragviz ]; then

@@ -2,8 +2,24 @@
 # Set up, then run every test. Tests read the real snapshots from ../shared/real_snapshots; the browser
 # tests need Debian's Chromium and the live tests Debian's Prometheus, both installed here when missing, and
 # the store's tests a PostgreSQL server, installed and started by scripts/postgres.sh.
+#
+# bash scripts/test.sh [--quick] [PYTEST ARGS...]
+#   --quick   the fast tiers only: unit tests and the integration tests that are neither slow nor on PostgreSQL,
+#             no browser (-m "not slow and not browser and not postgres"; tiers: tests/conftest.py); no
+#             PostgreSQL server is started for them. About two minutes on a 2-core machine.
+#   -n N      (pytest-xdist) N workers; add --dist loadgroup so the tests sharing a server or store stay on one
+#             worker (tests/conftest.py), as .ci/run does.
+# Any other argument goes to pytest as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+args=()
+for arg in "$@"; do
+    if [ "$arg" = "--quick" ]; then quick=1; else args+=("$arg"); fi
+done
+if [ "$quick" = 1 ]; then
+    args=(-m "not slow and not browser and not postgres" ${args[@]+"${args[@]}"})
+fi
 bash scripts/setup.sh
 # Debian's chromium (browser tests) and prometheus (a real server scraping a live agent), when missing
 missing=""
@@ -18,9 +34,11 @@ if [ -n "$missing" ]; then
         exit 1
     fi
 fi
-# A real PostgreSQL server for the store's tests on its second engine (tests/pg.py), unless one is given
-if [ -z "${FRAGVIZ_TEST_PG:-}" ]; then
+# A real PostgreSQL server for the store's tests on its second engine (tests/support/pg.py), unless one is
+# given or the quick tiers leave those tests out
+if [ -z "${FRAGVIZ_TEST_PG:-}" ] && [ "$quick" = 0 ]; then
+    echo "starting the PostgreSQL test server (scripts/postgres.sh)"
     FRAGVIZ_TEST_PG=$(bash scripts/postgres.sh | tail -1)
     export FRAGVIZ_TEST_PG
 fi
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest ${args[@]+"${args[@]}"}

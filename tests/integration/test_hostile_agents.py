@@ -25,7 +25,7 @@ from fragviz.live import protocol
 from fragviz.live.client import AgentClient
 from fragviz.live.manager import LiveManager
 from fragviz.live.poller import TargetPoller
-from tests.support.helpers import ROOT as REPO, wait_for
+from tests.support.helpers import ROOT as REPO, free_port, wait_for
 
 DEADLINE = 60.0
 Answer = Callable[[socket.socket, str], None]
@@ -250,9 +250,7 @@ def test_attach_exits_2_with_one_line_when_what_it_polls_is_not_an_agent(hostile
 
 
 def test_attach_with_a_duration_exits_2_when_nothing_ever_answered(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # nothing listens there
     done = attach_cli(f"127.0.0.1:{port}", "--db", str(tmp_path / "s.sqlite"), "--duration", "1s")
     assert done.returncode == 2 and done.stderr.strip().endswith("no fragviz agent answered there"), done.stderr
 
@@ -266,9 +264,7 @@ def test_the_dashboard_answers_an_attach_to_an_endless_agent_with_one_line_and_s
     """The real server, its live page's attach callback over HTTP: an agent streaming /v1/stats forever once grew
     the dashboard by ~500 MB/s until it died."""
     agent = hostile(stats=endless)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRAGVIZ_")}
     proc = subprocess.Popen([sys.executable, "-m", "fragviz", "serve", "--db", str(tmp_path / "s.sqlite"),
                              "--port", str(port)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,

@@ -11,13 +11,12 @@ import os
 import pickle
 import resource
 import sqlite3
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from tests.support.helpers import MiB, REAL, block, ev, frames, segment, snapshot, write_pickle
+from tests.support.helpers import MiB, REAL, block, ev, frames, free_port, segment, snapshot, write_pickle
 
 FRAGVIZ = [sys.executable, "-m", "fragviz"]
 MEMORY_LIMIT = 3 * 1024**3  # far above what these small files need, far below what the bombs took
@@ -328,9 +327,7 @@ def test_an_unknown_db_url_is_refused_and_never_becomes_a_folder(tmp_path):
 
 
 def test_an_unreachable_server_store_is_one_line_without_its_password(tmp_path):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     out = subprocess.run([*FRAGVIZ, "ingest", os.path.join(REAL, "diffusion_tiny.pickle"), "--db",
                           f"postgresql://user:secret@127.0.0.1:{port}/db"], capture_output=True, text=True,
                          cwd=tmp_path, timeout=DEADLINE)
