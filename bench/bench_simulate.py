@@ -25,7 +25,7 @@ FOLLOW = ("import json, sys, time\n"
           "analysis.replays[0].series['reserved']\n"
           "t = time.perf_counter()\n"
           "result = follow(analysis)\n"
-          "print(json.dumps({'seconds': time.perf_counter() - t, 'result': result['devices'][0]}))\n")
+          "print(json.dumps({'seconds': time.perf_counter() - t, 'result': result.devices[0].as_dict()}))\n")
 FREE_RUN = ("import json, sys, time\n"
             "from fragviz.allocator.config import parse_alloc_conf\n"
             "from fragviz.library import Library\n"

@@ -23,7 +23,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from fragviz.simulate import follow, simulated_snapshot, what_if
-    from fragviz.simulate.text import follow_text, what_if_text, with_certain_ooms
+    from fragviz.simulate.text import follow_text, what_if_text
     from fragviz.simulate.whatif import NothingToSimulate, nothing_to_follow
     from fragviz.base.units import parse_size
 
@@ -33,19 +33,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if args.out:
             raise UsageError("--out goes with --alloc-conf (free-run)")
         # the device's size bounds expandable reservations; a single request larger than it is a certain OOM
-        result = with_certain_ooms(analysis, follow(analysis, device_total=memory), memory)
-        if not any(d["alloc_events"] for d in result["devices"]):
+        result = follow(analysis, device_total=memory)
+        if not any(d.alloc_events for d in result.devices):
             raise NothingToSimulate(nothing_to_follow(analysis))
-        print(json.dumps(result) if args.json else follow_text(analysis, result))
+        print(json.dumps(result.as_dict()) if args.json else follow_text(analysis, result))
         return 0
     # refuses (NothingToSimulate) when no device has a workload
-    result = with_certain_ooms(analysis, what_if(analysis, args.alloc_conf, memory))
+    result = what_if(analysis, args.alloc_conf, memory)
     if args.out:
         import pickle
 
         with open(args.out, "wb") as fh:
             pickle.dump(simulated_snapshot(analysis, args.alloc_conf, memory), fh, protocol=4)
-    print(json.dumps(result) if args.json else what_if_text(analysis, args.alloc_conf, result))
+    print(json.dumps(result.as_dict()) if args.json else what_if_text(analysis, args.alloc_conf, result))
     return 0
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from fragviz.base.transition import KeyedForTransition
 from fragviz.doctor.message import ProcessUse
-from fragviz.simulate.whatif import CANNOT_ANSWER
+from fragviz.simulate.records import CANNOT_ANSWER
 
 # The keys of one OOM in `fragviz doctor --json` (Diagnosis.as_dict), in their order.
 PUBLIC_KEYS = ("verdict", "device", "requested_bytes", "reserved_bytes", "allocated_bytes", "device_total_bytes",

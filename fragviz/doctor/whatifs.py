@@ -53,10 +53,9 @@ def entry(r: DeviceWhatIf) -> WhatIfEntry:
     given, baseline, rec = r.given, r.baseline, r.recorded
     return WhatIfEntry(
         r.label, r.status, r.outcome, r.avoids_oom, summary(r), claim=r.claim, device_memory_bytes=r.memory.bytes,
-        peak_reserved_bytes=given.allocator.peaks.reserved, ooms=given.oom_count,
-        recorded=RecordedPeaks(rec["peak_reserved_bytes"], rec["peak_requested_bytes"], len(rec["ooms"])),
-        baseline=BaselinePeaks(baseline.allocator.peaks.reserved, baseline.oom_count),
-        start_notes=tuple(r.start["notes"]))
+        peak_reserved_bytes=given.peak_reserved_bytes, ooms=given.oom_count,
+        recorded=RecordedPeaks(rec.peak_reserved_bytes, rec.peak_requested_bytes, len(rec.ooms)),
+        baseline=BaselinePeaks(baseline.peak_reserved_bytes, baseline.oom_count), start_notes=r.start.notes)
 
 
 def summary(r: DeviceWhatIf) -> str:
@@ -65,7 +64,7 @@ def summary(r: DeviceWhatIf) -> str:
     ooms = (f"{r.given.oom_count} OOM(s)" if r.given.oom_count else "no OOM") if known else "OOMs not simulated"
     rec = r.recorded
     base = r.baseline
-    return (f"with {r.label} peak reserved would have been {fb(r.given.allocator.peaks.reserved)}{of}: {ooms} "
-            f"(recorded: peak reserved {fb(rec['peak_reserved_bytes'])}, {len(rec['ooms'])} OOM(s); simulated "
-            f"under the recorded settings: {fb(base.allocator.peaks.reserved)}, {base.oom_count} OOM(s)); "
+    return (f"with {r.label} peak reserved would have been {fb(r.given.peak_reserved_bytes)}{of}: {ooms} "
+            f"(recorded: peak reserved {fb(rec.peak_reserved_bytes)}, {len(rec.ooms)} OOM(s); simulated "
+            f"under the recorded settings: {fb(base.peak_reserved_bytes)}, {base.oom_count} OOM(s)); "
             + ("cannot tell: " if r.outcome == UNKNOWN else "so ") + r.claim)

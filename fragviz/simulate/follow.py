@@ -7,7 +7,7 @@ it needs. Then it applies the recorded events as they happened, so one wrong gue
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fragviz.allocator.blocks import Block, BlockPool
@@ -20,6 +20,8 @@ from fragviz.replay.analysis import Analysis
 from fragviz.allocator.groups import NEW_MEMORY, RELEASES, malloc_groups
 from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
                            SEGMENT_UNMAP, Segment, Trace)
+from fragviz.simulate.records import DeviceFollow, FollowResult, Mismatch, Reservation
+from fragviz.simulate.whatif import certain_oom
 
 MAX_MISMATCHES = 20
 
@@ -32,7 +34,9 @@ class Prediction:
 
 
 @dataclass
-class FollowResult:
+class _Score:
+    """Follow mode's counts on one device while it runs (DeviceFollow when done)."""
+
     device: int
     alloc_events: int = 0
     alloc_address_matches: int = 0
@@ -40,22 +44,19 @@ class FollowResult:
     segment_allocs_predicted: int = 0
     segment_allocs_matched: int = 0
     final_state_matches: bool = True
-    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    mismatches: list[Mismatch] = field(default_factory=list)
     divergences: int = 0  # recorded events the simulated state could not take as they came
-    reservations: list[dict[str, Any]] = field(default_factory=list)  # expandable ones, read from the trace
+    reservations: tuple[Reservation, ...] = ()  # expandable ones, read from the trace
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "mode": "follow", "alloc_events": self.alloc_events,
-                "alloc_address_matches": self.alloc_address_matches,
-                "segment_allocs_recorded": self.segment_allocs_recorded,
-                "segment_allocs_predicted": self.segment_allocs_predicted,
-                "segment_allocs_matched": self.segment_allocs_matched,
-                "final_state_matches": self.final_state_matches, "mismatches": self.mismatches,
-                "reservations": self.reservations}
-
-    def note(self, event: int, action: str, recorded: Any, predicted: Any) -> None:
+    def note(self, event: int, action: str, recorded: dict[str, int | None],
+             predicted: dict[str, int | None] | str) -> None:
         if len(self.mismatches) < MAX_MISMATCHES:
-            self.mismatches.append({"event": event, "action": action, "recorded": recorded, "predicted": predicted})
+            self.mismatches.append(Mismatch(event, action, recorded, predicted))
+
+    def record(self) -> DeviceFollow:
+        return DeviceFollow(self.device, self.alloc_events, self.alloc_address_matches, self.segment_allocs_recorded,
+                            self.segment_allocs_predicted, self.segment_allocs_matched, self.final_state_matches,
+                            tuple(self.mismatches), self.divergences, self.reservations)
 
 
 def predict(alloc: DeviceAllocator, orig_size: int, stream: int) -> Prediction:
@@ -110,11 +111,11 @@ class _Follower:
         self.size = trace.size.tolist()
         self.stream = trace.stream.tolist()
         self.stack = trace.stack.tolist()
-        self.result = FollowResult(trace.device)
-        self.result.reservations = [{"base": r.base, "limit_bytes": r.limit, "pool": "small" if r.small else "large",
-                                     "stream": r.stream} for r in self.alloc.reservations.reservations]
+        self.result = _Score(trace.device)
+        self.result.reservations = tuple(Reservation(r.base, r.limit, "small" if r.small else "large", r.stream)
+                                         for r in self.alloc.reservations.reservations)
 
-    def run(self, final: list[Segment]) -> FollowResult:
+    def run(self, final: list[Segment]) -> DeviceFollow:
         act, n = self.act, len(self.act)
         self.groups = malloc_groups(act)
         starts = {g: a for a, g in self.groups.items()}
@@ -136,7 +137,7 @@ class _Follower:
             self._apply(i)
         self._count_stray_segment_allocs()
         self.result.final_state_matches = _same_segments(allocator_segments(self.alloc), final)
-        return self.result
+        return self.result.record()
 
     # -- scoring -------------------------------------------------------------------------------------
     def _score(self, a: int, pred: Prediction) -> None:
@@ -308,19 +309,19 @@ def _same_segments(simulated: list[dict[str, Any]], final: list[Segment]) -> boo
 
 
 def follow_device(trace: Trace, start: list[Segment], final: list[Segment], settings: AllocatorSettings,
-                  device_total: int | None = None) -> FollowResult:
+                  device_total: int | None = None) -> DeviceFollow:
     """Follow `trace` from the `start` state; score predictions; check the end against `final`.
 
     `device_total` (bytes), where known, bounds expandable reservations (see `ReservationPlan`)."""
     return _Follower(trace, start, settings, device_total).run(final)
 
 
-def follow(analysis: Analysis, device_total: int | None = None) -> dict[str, Any]:
-    """Follow mode on every device: the `fragviz simulate FILE --json` object. `device_total`: each device's
-    memory in bytes, where the user knows it (it bounds expandable reservations)."""
+def follow(analysis: Analysis, device_total: int | None = None) -> FollowResult:
+    """Follow mode on every device (`fragviz simulate FILE`). `device_total`: each device's memory in bytes, where
+    the user knows it (it bounds expandable reservations, and a request larger than it makes an OOM certain)."""
     devices = []
     for device, replay in analysis.replays.items():
         result = follow_device(replay.trace, replay.segments_at(0), analysis.snapshot.segments_of(device),
                                analysis.settings, device_total)
-        devices.append(result.as_dict())
-    return {"devices": devices}
+        devices.append(replace(result, certain_oom=certain_oom(analysis, device, device_total)))
+    return FollowResult(tuple(devices))

@@ -18,6 +18,7 @@ from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import load_segments
 from fragviz.model.metrics import fragmentation
 from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, OOM, SEGMENT_ALLOC, Segment, Trace)
+from fragviz.simulate.records import OomAt, RunFigures
 from fragviz.simulate.series import RunSeries
 
 MAX_OOMS = 1000
@@ -40,19 +41,15 @@ class FreeRunResult:
     settings: AllocatorSettings
     capacity: int | None
     allocator: DeviceAllocator
-    ooms: list[dict[str, int]] = field(default_factory=list)
+    ooms: list[OomAt] = field(default_factory=list)  # the first MAX_OOMS
     oom_count: int = 0
     series: RunSeries | None = None  # with free_run(series_points=...): what a what-if draws
 
-    def summary(self) -> dict[str, Any]:
+    def figures(self) -> RunFigures:
+        """The run's peaks, final fragmentation and OOMs."""
         a = self.allocator
-        return {
-            "settings": {**self.settings.as_dict(), "device_memory_bytes": self.capacity},
-            "peak_reserved_bytes": a.peaks.reserved, "peak_allocated_bytes": a.peaks.active,
-            "peak_requested_bytes": a.peaks.requested,
-            "final_fragmentation": fragmentation(a.non_releasable_bytes(), a.reserved),
-            "ooms": self.ooms,
-        }
+        return RunFigures(self.settings, self.capacity, a.peaks.reserved, a.peaks.active, a.peaks.requested,
+                          fragmentation(a.non_releasable_bytes(), a.reserved), tuple(self.ooms), self.oom_count)
 
 
 def workload(trace: Trace, reserved: list[int] | None = None, capacity: int | None = None) -> Iterator[Op]:
@@ -179,5 +176,4 @@ def _note_oom(result: FreeRunResult, op: Op) -> None:
     result.oom_count += 1
     if len(result.ooms) < MAX_OOMS:
         a = result.allocator
-        result.ooms.append({"event": op.event, "requested_bytes": op.size, "reserved_bytes": a.reserved,
-                            "largest_free_block": a.largest_free_block()})
+        result.ooms.append(OomAt(op.event, op.size, a.reserved, a.largest_free_block()))

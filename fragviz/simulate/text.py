@@ -1,13 +1,9 @@
 """Human summaries of simulation results."""
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-
 from fragviz.replay.analysis import Analysis
-from fragviz.model import ALLOC
-from fragviz.simulate.whatif import CANNOT_ANSWER, UNKNOWN
+from fragviz.simulate.records import (CANNOT_ANSWER, UNKNOWN, CertainOom, DeviceMemory, DeviceWhatIf, FollowResult,
+                                      OomAt, Reservation, RunFigures, WhatIfResult)
 from fragviz.base.units import format_bytes
 
 _MEMORY_SOURCES = {"given": "as given", "the first recorded OOM": "reserved + device free at the first recorded OOM"}
@@ -17,100 +13,77 @@ def _pct(a: int, b: int) -> str:
     return f"{a}/{b} ({a / b:.1%})" if b else "0/0"
 
 
-def with_certain_ooms(analysis: Analysis, result: dict[str, Any], memory: int | None = None) -> dict[str, Any]:
-    """`result` (of `what_if` or `follow`) with each device's `certain_oom` where a single request exceeds the
-    device: the given size, else the device size the what-if used."""
-    for d in result["devices"]:
-        size = memory if memory is not None else (d.get("device_memory") or {}).get("bytes")
-        d["certain_oom"] = certain_oom(analysis, d["device"], size)
-    return result
-
-
-def follow_text(analysis: Analysis, result: dict[str, Any]) -> str:
+def follow_text(analysis: Analysis, result: FollowResult) -> str:
     lines = [f"{analysis.snapshot.source}: follow mode (predict each recorded malloc, then continue from the truth)"]
-    for d in result["devices"]:
-        if not d["alloc_events"]:
-            lines.append(f"device {d['device']}: the trace holds no alloc event: nothing to follow")
+    for d in result.devices:
+        if not d.alloc_events:
+            lines.append(f"device {d.device}: the trace holds no alloc event: nothing to follow")
             continue
-        if d.get("certain_oom"):
-            lines.append(f"device {d['device']}: {certain_oom_sentence(d['certain_oom'])}")
-        lines.append(f"device {d['device']}: alloc addresses {_pct(d['alloc_address_matches'], d['alloc_events'])}, "
-                     f"device allocations {_pct(d['segment_allocs_matched'], d['segment_allocs_recorded'])} "
-                     f"(predicted {d['segment_allocs_predicted']}), final state "
-                     f"{'matches' if d['final_state_matches'] else 'DIFFERS'}")
-        lines.extend(_reservation_line(r) for r in d.get("reservations", []))
-        for m in d["mismatches"][:5]:
-            lines.append(f"  event {m['event']} {m['action']}: recorded {m['recorded']}, predicted {m['predicted']}")
+        if d.certain_oom:
+            lines.append(f"device {d.device}: {certain_oom_sentence(d.certain_oom)}")
+        lines.append(f"device {d.device}: alloc addresses {_pct(d.alloc_address_matches, d.alloc_events)}, "
+                     f"device allocations {_pct(d.segment_allocs_matched, d.segment_allocs_recorded)} "
+                     f"(predicted {d.segment_allocs_predicted}), final state "
+                     f"{'matches' if d.final_state_matches else 'DIFFERS'}")
+        lines.extend(_reservation_line(r) for r in d.reservations)
+        for m in d.mismatches[:5]:
+            lines.append(f"  event {m.event} {m.action}: recorded {m.recorded}, predicted {m.predicted}")
     return "\n".join(lines)
 
 
-def _reservation_line(r: dict[str, Any]) -> str:
-    extent = "extent unknown" if r["limit_bytes"] is None else f"up to {format_bytes(r['limit_bytes'])}"
-    return f"  expandable reservation: {r['pool']} pool, stream {r['stream']:#x}, at {r['base']:#x} ({extent})"
+def _reservation_line(r: Reservation) -> str:
+    extent = "extent unknown" if r.limit_bytes is None else f"up to {format_bytes(r.limit_bytes)}"
+    return f"  expandable reservation: {r.pool} pool, stream {r.stream:#x}, at {r.base:#x} ({extent})"
 
 
-def ooms_text(ooms: list[dict[str, Any]], known: bool = True) -> str:
+def ooms_text(ooms: tuple[OomAt, ...], known: bool = True) -> str:
     """"no OOM" only where the device size is known; otherwise that OOMs were not simulated."""
     if ooms:
         first = ooms[0]
-        return (f"{len(ooms)} OOM(s), the first at event {first['event']} "
-                f"({format_bytes(first['requested_bytes'])} requested)")
+        return f"{len(ooms)} OOM(s), the first at event {first.event} ({format_bytes(first.requested_bytes)} requested)"
     return "no OOM" if known else "OOMs not simulated (device size unknown)"
 
 
-def run_line(label: str, run: dict[str, Any], known: bool = True, width: int = 34) -> str:
-    capacity = run["settings"].get("device_memory_bytes")
+def run_line(label: str, run: RunFigures, known: bool = True, width: int = 34) -> str:
+    capacity = run.device_memory_bytes
     of = f" of {format_bytes(capacity)}" if capacity else ""
-    return (f"  {label:<{width}} peak reserved {format_bytes(run['peak_reserved_bytes'])}{of}, peak requested "
-            f"{format_bytes(run['peak_requested_bytes'])}, peak allocated {format_bytes(run['peak_allocated_bytes'])}, "
-            f"final fragmentation {run['final_fragmentation']:.1%}: {ooms_text(run['ooms'], known)}")
+    return (f"  {label:<{width}} peak reserved {format_bytes(run.peak_reserved_bytes)}{of}, peak requested "
+            f"{format_bytes(run.peak_requested_bytes)}, peak allocated {format_bytes(run.peak_allocated_bytes)}, "
+            f"final fragmentation {run.final_fragmentation:.1%}: {ooms_text(run.ooms, known)}")
 
 
-def memory_line(memory: dict[str, Any]) -> str:
-    if memory["bytes"] is None:
+def memory_line(memory: DeviceMemory) -> str:
+    if memory.bytes is None:
         return "device size unknown (pass --device-memory SIZE to ask about OOMs)"
-    return f"device size {format_bytes(memory['bytes'])} ({_MEMORY_SOURCES.get(memory['source'], memory['source'])})"
+    return f"device size {format_bytes(memory.bytes)} ({_MEMORY_SOURCES.get(memory.source, memory.source)})"
 
 
-def certain_oom(analysis: Analysis, device: int, memory: int | None) -> dict[str, int] | None:
-    """The trace's largest single request where it alone exceeds the device: an OOM no setting can avoid."""
-    replay = analysis.replays.get(device)
-    if memory is None or replay is None:
-        return None
-    allocs = (replay.trace.action == ALLOC).nonzero()[0]
-    if not len(allocs):
-        return None
-    k = int(allocs[int(np.argmax(replay.trace.size[allocs]))])
-    size = int(replay.trace.size[k])
-    return {"event": k, "request_bytes": size, "device_memory_bytes": memory} if size > memory else None
+def certain_oom_sentence(c: CertainOom) -> str:
+    return (f"an OOM is certain: the request at event {c.event} ({format_bytes(c.request_bytes)}) alone is "
+            f"larger than the device's {format_bytes(c.device_memory_bytes)}, whatever the allocator settings")
 
 
-def certain_oom_sentence(c: dict[str, int]) -> str:
-    return (f"an OOM is certain: the request at event {c['event']} ({format_bytes(c['request_bytes'])}) alone is "
-            f"larger than the device's {format_bytes(c['device_memory_bytes'])}, whatever the allocator settings")
-
-
-def device_what_if_lines(d: dict[str, Any]) -> list[str]:
+def device_what_if_lines(d: DeviceWhatIf) -> list[str]:
     """One device's what-if: a refusal, or the recording and the simulations side by side, then the claim (and,
     where a single request exceeds the device, that an OOM is certain)."""
-    if d["status"] == CANNOT_ANSWER:
-        return [f"device {d['device']}: cannot simulate: {d['reason']}"]
-    known = d["device_memory"]["bytes"] is not None
-    given = f"simulated, {d['alloc_conf']}"
+    if d.status == CANNOT_ANSWER:
+        return [f"device {d.device}: cannot simulate: {d.reason}"]
+    known = d.memory.bytes is not None
+    given = f"simulated, {d.label}"
     width = max(len(given), len("simulated, recorded settings"))
-    lines = [f"device {d['device']}: {memory_line(d['device_memory'])}",
-             run_line("recorded", d["recorded"], width=width),
-             run_line("simulated, recorded settings", d["baseline"], known, width),
-             run_line(given, d, known, width)]
-    lines.append(("  cannot tell: " if d["outcome"] == UNKNOWN else "  => ") + d["claim"])
-    if d.get("certain_oom"):
-        lines.append("  => " + certain_oom_sentence(d["certain_oom"]))
-    lines.extend(f"  note: {n}" for n in d["start"]["notes"])
+    lines = [f"device {d.device}: {memory_line(d.memory)}",
+             run_line("recorded", d.recorded, width=width),
+             run_line("simulated, recorded settings", d.baseline, known, width),
+             run_line(given, d.given, known, width)]
+    lines.append(("  cannot tell: " if d.outcome == UNKNOWN else "  => ") + d.claim)
+    if d.certain_oom:
+        lines.append("  => " + certain_oom_sentence(d.certain_oom))
+    lines.extend(f"  note: {n}" for n in d.start.notes)
     return lines
 
 
-def what_if_text(analysis: Analysis, conf: str, result: dict[str, Any]) -> str:
+def what_if_text(analysis: Analysis, conf: str, result: WhatIfResult) -> str:
     lines = [f"{analysis.snapshot.source}: free-run of the recorded workload under {conf or 'the default settings'}"]
-    for d in result["devices"]:
+    for d in result.devices:
         lines.extend(device_what_if_lines(d))
     return "\n".join(lines)

@@ -9,8 +9,9 @@ that runs out of memory too under the recorded settings.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
+
+import numpy as np
 
 from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
 from fragviz.allocator.state import snapshot_dict
@@ -19,58 +20,19 @@ from fragviz.base.errors import FragvizError
 from fragviz.model.metrics import state_figures
 from fragviz.model import ALLOC, OOM
 from fragviz.simulate.freerun import FreeRunResult, free_run
+from fragviz.simulate.records import (AVOIDS_OOM, CANNOT_ANSWER, NO_OOM, SIMULATED, STILL_OOMS, UNKNOWN, CertainOom,
+                                      DeviceMemory, DeviceWhatIf, OomAt, RunFigures, StartState, WhatIfResult)
 from fragviz.base.units import format_bytes as fb
 
-SIMULATED, CANNOT_ANSWER = "simulated", "cannot_answer"
-# Outcomes of a simulated what-if; only the first three are claims about OOMs.
-AVOIDS_OOM, STILL_OOMS, NO_OOM, UNKNOWN = "avoids_oom", "still_ooms", "no_oom", "unknown"
+__all__ = ["AVOIDS_OOM", "CANNOT_ANSWER", "NO_OOM", "SIMULATED", "STILL_OOMS", "UNKNOWN", "DeviceMemory",
+           "DeviceWhatIf", "NothingToSimulate", "WhatIfResult", "certain_oom", "device_memory", "judge",
+           "nothing_to_follow", "nothing_to_simulate", "recorded_capacity", "recorded_run", "refusal", "refusal_for",
+           "run_free", "simulate_device", "simulated_snapshot", "start_state", "what_if"]
 Progress = Callable[[float], None]  # the share of the work done, 0 to 1
 
 
 class NothingToSimulate(FragvizError):
     """No device of the snapshot has a workload to replay."""
-
-
-@dataclass(frozen=True)
-class DeviceMemory:
-    bytes: int | None
-    source: str  # how the size is known: "given", "the first recorded OOM", or "unknown"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"bytes": self.bytes, "source": self.source}
-
-
-@dataclass
-class DeviceWhatIf:
-    """One device under one setting: refused with a reason, or simulated next to the recording."""
-
-    device: int
-    label: str
-    reason: str | None = None  # why it cannot answer; None when simulated
-    given: FreeRunResult | None = None
-    baseline: FreeRunResult | None = None  # the same workload under the recorded settings
-    recorded: dict[str, Any] | None = None
-    start: dict[str, Any] | None = None
-    memory: DeviceMemory | None = None
-    outcome: str | None = None
-    claim: str | None = None
-
-    @property
-    def status(self) -> str:
-        return CANNOT_ANSWER if self.reason is not None else SIMULATED
-
-    @property
-    def avoids_oom(self) -> bool | None:
-        """True or False only where the simulation can say; None where it cannot."""
-        return {AVOIDS_OOM: True, STILL_OOMS: False}.get(self.outcome or "")
-
-    def as_dict(self) -> dict[str, Any]:
-        head = {"device": self.device, "mode": "free-run", "status": self.status, "alloc_conf": self.label}
-        if self.reason is not None:
-            return {**head, "reason": self.reason}
-        return {**head, **self.given.summary(), "recorded": self.recorded, "baseline": self.baseline.summary(),
-                "device_memory": self.memory.as_dict(), "start": self.start, "outcome": self.outcome,
-                "claim": self.claim}
 
 
 def recorded_capacity(analysis: Analysis, device: int) -> int | None:
@@ -114,22 +76,19 @@ def run_free(analysis: Analysis, device: int, settings: AllocatorSettings, capac
                     record=record, progress=progress, series_points=series_points)
 
 
-def recorded_run(analysis: Analysis, device: int, memory: DeviceMemory) -> dict[str, Any]:
-    """The recording's own figures, in the keys of a free-run's summary."""
+def recorded_run(analysis: Analysis, device: int, memory: DeviceMemory) -> RunFigures:
+    """The recording's own figures, as a free-run's are given."""
     replay = analysis.replays[device]
     s, trace = replay.series, replay.trace
     totals = trace_totals(analysis.snapshot, device)
     hits = (trace.action == OOM).nonzero()[0].tolist()
-    ooms = [{"event": k, "requested_bytes": int(trace.size[k]), "reserved_bytes": int(s["reserved"][k]),
-             "largest_free_block": int(s["largest_gap"][k])} for k in hits]
-    return {"settings": {**analysis.settings.as_dict(), "device_memory_bytes": memory.bytes},
-            "peak_reserved_bytes": totals.peak_reserved, "peak_allocated_bytes": int(s["allocated"].max()),
-            "peak_requested_bytes": totals.peak_requested,
-            "final_fragmentation": state_figures(analysis.snapshot.segments_of(device)).fragmentation,
-            "ooms": ooms}
+    ooms = tuple(OomAt(k, int(trace.size[k]), int(s["reserved"][k]), int(s["largest_gap"][k])) for k in hits)
+    return RunFigures(analysis.settings, memory.bytes, totals.peak_reserved, int(s["allocated"].max()),
+                      totals.peak_requested, state_figures(analysis.snapshot.segments_of(device)).fragmentation,
+                      ooms, len(ooms))
 
 
-def start_state(analysis: Analysis, device: int) -> dict[str, Any]:
+def start_state(analysis: Analysis, device: int) -> StartState:
     """What the simulation inherits at the start of the trace, and which part of the answer that limits."""
     replay = analysis.replays[device]
     segments, blocks = replay.pre_trace_segments, replay.pre_trace_blocks
@@ -147,22 +106,21 @@ def start_state(analysis: Analysis, device: int) -> dict[str, Any]:
         notes.append(f"The trace and the final state disagree ({disagreements[0]}), so the start is reconstructed "
                      "only as far as the trace tells: memory the trace does not explain is missing from the "
                      "simulation, and its figures may be low.")
-    return {"inherited": bool(segments or blocks), "reserved_bytes": reserved, "allocated_bytes": allocated,
-            "segments": segments, "blocks": blocks, "consistent": not disagreements, "notes": notes}
+    return StartState(bool(segments or blocks), reserved, allocated, segments, blocks, not disagreements, tuple(notes))
 
 
-def judge(label: str, recorded: dict[str, Any], baseline: FreeRunResult, given: FreeRunResult,
+def judge(label: str, recorded: RunFigures, baseline: RunFigures, given: RunFigures,
           memory: DeviceMemory) -> tuple[str, str]:
     """The outcome and the sentence that says it, claiming only what the simulation covered."""
     if memory.bytes is None:
         return UNKNOWN, ("the device size is unknown (the trace records no OOM, and no device memory was given), so "
                          "the simulation assumed an unlimited device and cannot tell whether any run runs out of memory")
-    first = recorded["ooms"][0] if recorded["ooms"] else None
+    first = recorded.ooms[0] if recorded.ooms else None
     if first is not None and not baseline.oom_count:
-        return UNKNOWN, (f"the model does not reproduce the recorded OOM (event {first['event']}) under the recorded "
+        return UNKNOWN, (f"the model does not reproduce the recorded OOM (event {first.event}) under the recorded "
                          f"settings, so it cannot tell whether {label} would avoid it")
     if given.oom_count:
-        at = f"{given.oom_count} OOM(s), the first at event {given.ooms[0]['event']}"
+        at = f"{given.oom_count} OOM(s), the first at event {given.ooms[0].event}"
         if first is not None:
             return STILL_OOMS, f"{label} would not help: simulated, the run still runs out of memory ({at})"
         return STILL_OOMS, f"with {label} the run runs out of memory on a device of {fb(memory.bytes)} ({at})"
@@ -175,25 +133,42 @@ def judge(label: str, recorded: dict[str, Any], baseline: FreeRunResult, given: 
 def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, AllocatorSettings]],
                     given_memory: int | None = None, series_points: int | None = None,
                     progress: Progress | None = None) -> list[DeviceWhatIf]:
-    """Each of `runs` (label, settings) on one device, next to the recording and the recorded settings' run."""
+    """Each of `runs` (label, settings) on one device, next to the recording and the recorded settings' run; with
+    `series_points`, each result's `series` holds its run's figures to draw."""
     reason = refusal(analysis, device)
     if reason is not None:
         return [DeviceWhatIf(device, label, reason) for label, _ in runs]
     memory = device_memory(analysis, device, given_memory)
     recorded, start = recorded_run(analysis, device, memory), start_state(analysis, device)
-    if memory.bytes is not None and start["reserved_bytes"] > memory.bytes:
-        reason = (f"the trace starts with {fb(start['reserved_bytes'])} already reserved on device {device}, more than "
+    if memory.bytes is not None and start.reserved_bytes > memory.bytes:
+        reason = (f"the trace starts with {fb(start.reserved_bytes)} already reserved on device {device}, more than "
                   f"the {fb(memory.bytes)} device asked about: that start state cannot exist on it")
         return [DeviceWhatIf(device, label, reason) for label, _ in runs]
     steps = len(runs) + 1
     baseline = run_free(analysis, device, analysis.settings, memory.bytes, progress=_part(progress, 0, steps))
+    base, certain = baseline.figures(), certain_oom(analysis, device, memory.bytes)
     out = []
     for i, (label, settings) in enumerate(runs, 1):
-        given = run_free(analysis, device, settings, memory.bytes, progress=_part(progress, i, steps),
-                         series_points=series_points)
-        outcome, claim = judge(label, recorded, baseline, given, memory)
-        out.append(DeviceWhatIf(device, label, None, given, baseline, recorded, start, memory, outcome, claim))
+        run = run_free(analysis, device, settings, memory.bytes, progress=_part(progress, i, steps),
+                       series_points=series_points)
+        given = run.figures()
+        outcome, claim = judge(label, recorded, base, given, memory)
+        out.append(DeviceWhatIf(device, label, None, given, base, recorded, start, memory, outcome, claim, certain,
+                                run.series.arrays() if run.series is not None else None))
     return out
+
+
+def certain_oom(analysis: Analysis, device: int, memory: int | None) -> CertainOom | None:
+    """The trace's largest single request where it alone exceeds the device: an OOM no setting can avoid."""
+    replay = analysis.replays.get(device)
+    if memory is None or replay is None:
+        return None
+    allocs = (replay.trace.action == ALLOC).nonzero()[0]
+    if not len(allocs):
+        return None
+    k = int(allocs[int(np.argmax(replay.trace.size[allocs]))])
+    size = int(replay.trace.size[k])
+    return CertainOom(k, size, memory) if size > memory else None
 
 
 def _part(progress: Progress | None, i: int, steps: int):
@@ -202,8 +177,8 @@ def _part(progress: Progress | None, i: int, steps: int):
     return lambda done, total: progress((i + done / max(1, total)) / steps)
 
 
-def what_if(analysis: Analysis, conf: str, device_memory: int | None = None) -> dict[str, Any]:
-    """Free-run every device under `conf`, next to the recording: the `--alloc-conf` JSON object.
+def what_if(analysis: Analysis, conf: str, device_memory: int | None = None) -> WhatIfResult:
+    """Free-run every device under `conf`, next to the recording (`--alloc-conf`).
 
     Raises NothingToSimulate when no device has a workload (the reasons, one per device, in one line)."""
     settings = parse_alloc_conf(conf)
@@ -211,7 +186,7 @@ def what_if(analysis: Analysis, conf: str, device_memory: int | None = None) -> 
                for r in simulate_device(analysis, device, [(conf, settings)], device_memory)]
     if all(r.reason is not None for r in results):
         raise NothingToSimulate(nothing_to_simulate(analysis, results))
-    return {"devices": [r.as_dict() for r in results]}
+    return WhatIfResult(tuple(results))
 
 
 def nothing_to_simulate(analysis: Analysis, results: list[DeviceWhatIf]) -> str:

@@ -18,6 +18,7 @@ from tests.support.expandable_traces import A100_40GB_TOTAL, H100_TOTAL, MiB, ex
 from fragviz.allocator.reservations import ReservationPlan, reservation_bytes
 from fragviz.replay.analysis import analyze
 from fragviz.simulate import follow, recorded_capacity, run_free
+from fragviz.simulate.records import Reservation
 from fragviz.snapshot import load_snapshot_bytes
 from tests.support.helpers import block, segment
 
@@ -65,21 +66,21 @@ def hand_trace() -> dict:
 
 
 def test_the_hand_written_layout_is_followed_exactly():
-    (d,) = follow(analysis_of(hand_trace()))["devices"]
-    assert d["alloc_events"] == 6 and d["alloc_address_matches"] == 6, d["mismatches"]
-    assert (d["segment_allocs_recorded"], d["segment_allocs_predicted"], d["segment_allocs_matched"]) == (5, 5, 5)
-    assert d["final_state_matches"] is True
-    assert d["reservations"] == [{"base": L, "limit_bytes": GAP, "pool": "large", "stream": 0},
-                                 {"base": S, "limit_bytes": None, "pool": "small", "stream": 0}]
+    (d,) = follow(analysis_of(hand_trace())).devices
+    assert d.alloc_events == 6 and d.alloc_address_matches == 6, d.mismatches
+    assert (d.segment_allocs_recorded, d.segment_allocs_predicted, d.segment_allocs_matched) == (5, 5, 5)
+    assert d.final_state_matches is True
+    assert d.reservations == (Reservation(base=L, limit_bytes=GAP, pool="large", stream=0),
+                              Reservation(base=S, limit_bytes=None, pool="small", stream=0))
 
 
 def test_the_device_size_bounds_the_last_reservation():
     analysis = analysis_of(hand_trace())
-    (d,) = follow(analysis, device_total=H100_TOTAL)["devices"]
+    (d,) = follow(analysis, device_total=H100_TOTAL).devices
     # 1.125 × 81,050 MiB = 91,181.25 MiB: 45,591 pages of 2 MiB for the small pool, 4,560 of 20 MiB (= GAP)
-    assert d["reservations"][1]["limit_bytes"] == 45_591 * 2 * MiB
+    assert d.reservations[1].limit_bytes == 45_591 * 2 * MiB
     assert reservation_bytes(H100_TOTAL, small=False) == GAP
-    assert d["alloc_address_matches"] == 6 and d["final_state_matches"] is True
+    assert d.alloc_address_matches == 6 and d.final_state_matches is True
 
 
 @pytest.fixture(scope="module")
@@ -106,14 +107,14 @@ def test_the_written_traces_have_the_real_runs_layout(three_devices):
 @pytest.mark.parametrize("keep", [None, 2000], ids=["whole trace", "ring buffer of 2000"])
 def test_follow_mode_predicts_every_device(three_devices, keep):
     snap = three_devices if keep is None else ring_buffer(three_devices, 0, keep)
-    result = follow(analysis_of(snap))["devices"]
-    assert [d["device"] for d in result] == [0, 1, 2]
+    result = follow(analysis_of(snap)).devices
+    assert [d.device for d in result] == [0, 1, 2]
     for d in result:
-        assert d["alloc_address_matches"] / d["alloc_events"] >= 0.99, d["mismatches"][:3]
-        assert d["segment_allocs_matched"] / d["segment_allocs_recorded"] >= 0.99, d["mismatches"][:3]
-        assert d["segment_allocs_predicted"] == d["segment_allocs_recorded"]
-        assert d["final_state_matches"] is True
-        pools = {(r["pool"], r["stream"]) for r in d["reservations"]}
+        assert d.alloc_address_matches / d.alloc_events >= 0.99, d.mismatches[:3]
+        assert d.segment_allocs_matched / d.segment_allocs_recorded >= 0.99, d.mismatches[:3]
+        assert d.segment_allocs_predicted == d.segment_allocs_recorded
+        assert d.final_state_matches is True
+        pools = {(r.pool, r.stream) for r in d.reservations}
         assert pools == {("large", 0), ("small", 0), ("large", 0x55D4_0A2B_9C10), ("small", 0x55D4_0A2B_9C10)}
 
 
@@ -132,9 +133,9 @@ def test_a_second_shape_a_40_gb_device():
     snap = expandable_snapshot(devices=2, seed=3, total=A100_40GB_TOTAL)
     trace = snap["device_traces"][0]
     assert sum(e["action"] == "oom" for e in trace) > 0
-    for d in follow(analysis_of(snap))["devices"]:
-        assert d["alloc_address_matches"] / d["alloc_events"] >= 0.99, d["mismatches"][:3]
-        assert d["segment_allocs_matched"] == d["segment_allocs_recorded"] and d["final_state_matches"] is True
+    for d in follow(analysis_of(snap)).devices:
+        assert d.alloc_address_matches / d.alloc_events >= 0.99, d.mismatches[:3]
+        assert d.segment_allocs_matched == d.segment_allocs_recorded and d.final_state_matches is True
 
 
 def test_reservations_are_read_from_the_addresses():
@@ -152,8 +153,8 @@ def test_a_snapshot_without_allocator_settings_is_read_as_expandable_from_its_se
     del snap["allocator_settings"]
     analysis = analysis_of(snap)
     assert analysis.settings.expandable_segments is True
-    (d,) = follow(analysis)["devices"]
-    assert d["alloc_address_matches"] == 6 and d["final_state_matches"] is True
+    (d,) = follow(analysis).devices
+    assert d.alloc_address_matches == 6 and d.final_state_matches is True
 
 
 def test_simulate_follow_takes_the_device_size(tmp_path):

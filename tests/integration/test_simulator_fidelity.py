@@ -12,6 +12,7 @@ import pytest
 from fragviz.replay.analysis import analyze, trace_totals
 from fragviz.doctor.report import report_dict
 from fragviz.simulate import follow, run_free, simulated_snapshot, what_if
+from fragviz.simulate.records import DeviceMemory
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes
 from tests.support.helpers import REAL
 
@@ -37,18 +38,18 @@ def test_the_list_of_real_files_with_allocs_is_complete():
 
 @pytest.mark.parametrize("name", WITH_ALLOCS)
 def test_follow_mode_predicts_the_recorded_allocator(analyses, name):
-    (d,) = [x for x in follow(analyses[name])["devices"] if x["alloc_events"]]
-    addr_rate = d["alloc_address_matches"] / d["alloc_events"]
-    recorded = d["segment_allocs_recorded"]
-    seg_rate = d["segment_allocs_matched"] / recorded if recorded else 1.0  # none recorded: none may be predicted
-    assert addr_rate >= 0.99 and seg_rate >= 0.99, d["mismatches"][:3]
-    assert d["segment_allocs_predicted"] == d["segment_allocs_recorded"]
+    (d,) = [x for x in follow(analyses[name]).devices if x.alloc_events]
+    addr_rate = d.alloc_address_matches / d.alloc_events
+    recorded = d.segment_allocs_recorded
+    seg_rate = d.segment_allocs_matched / recorded if recorded else 1.0  # none recorded: none may be predicted
+    assert addr_rate >= 0.99 and seg_rate >= 0.99, d.mismatches[:3]
+    assert d.segment_allocs_predicted == d.segment_allocs_recorded
     if name in INCONSISTENT:
         # The cause, named: the trace and the final segments disagree, so no replay can end in that state.
-        assert d["final_state_matches"] is False
+        assert d.final_state_matches is False
         assert any("neither freed later nor in the final segments" in w for w in analyses[name].warnings)
     else:
-        assert d["final_state_matches"] is True
+        assert d.final_state_matches is True
 
 
 @pytest.mark.parametrize("name", WITH_ALLOCS)
@@ -64,28 +65,28 @@ def test_free_run_under_the_recorded_settings_reproduces_the_recorded_peak(analy
 def test_free_run_from_an_empty_device(analyses):
     analysis = analyses["cs336silmont_small"]
     assert analysis.replays[0].pre_trace_blocks == 0 and analysis.replays[0].pre_trace_segments == 0
-    (d,) = what_if(analysis, "expandable_segments:True")["devices"]
-    assert d["recorded"]["peak_reserved_bytes"] == report_dict(analysis)["devices"][0]["peak_reserved_bytes"]
-    assert d["settings"]["expandable_segments"] is True and d["recorded"]["settings"]["expandable_segments"] is False
+    (d,) = what_if(analysis, "expandable_segments:True").devices
+    assert d.recorded.peak_reserved_bytes == report_dict(analysis)["devices"][0]["peak_reserved_bytes"]
+    assert d.given.settings.expandable_segments is True and d.recorded.settings.expandable_segments is False
 
 
 def test_what_if_on_a_device_too_small(analyses):
     analysis = analyses["cs336kk_ctx128_fullstep"]
-    (d,) = what_if(analysis, "expandable_segments:True", device_memory=40 * 1024**3)["devices"]
+    (d,) = what_if(analysis, "expandable_segments:True", device_memory=40 * 1024**3).devices
     # "recorded" is the recording (no OOM on its real device); "baseline" the recorded settings on 40 GiB
-    assert d["ooms"] and d["baseline"]["ooms"] and d["recorded"]["ooms"] == []
-    assert d["outcome"] == "still_ooms" and d["device_memory"] == {"bytes": 40 * 1024**3, "source": "given"}
-    first = d["ooms"][0]
-    assert first["reserved_bytes"] <= 40 * 1024**3 and first["requested_bytes"] > 0
+    assert d.given.ooms and d.baseline.ooms and d.recorded.ooms == ()
+    assert d.outcome == "still_ooms" and d.memory == DeviceMemory(40 * 1024**3, "given")
+    first = d.given.ooms[0]
+    assert first.reserved_bytes <= 40 * 1024**3 and first.requested_bytes > 0
 
 
 def test_the_fragmentation_sample_is_saved_by_expandable_segments():
     analysis = analyze(load_snapshot(os.path.join(SAMPLES, "gpt_train_fragmentation_oom.pickle.gz")))
-    (d,) = what_if(analysis, "expandable_segments:True")["devices"]
-    assert len(d["recorded"]["ooms"]) == 1 and len(d["baseline"]["ooms"]) == 1 and d["ooms"] == []
-    assert d["outcome"] == "avoids_oom"
-    capacity = d["settings"]["device_memory_bytes"]
-    assert capacity == 1024**3 and d["peak_reserved_bytes"] <= capacity
+    (d,) = what_if(analysis, "expandable_segments:True").devices
+    assert len(d.recorded.ooms) == 1 and len(d.baseline.ooms) == 1 and d.given.ooms == ()
+    assert d.outcome == "avoids_oom"
+    capacity = d.given.device_memory_bytes
+    assert capacity == 1024**3 and d.given.peak_reserved_bytes <= capacity
 
 
 def test_a_simulated_snapshot_is_a_snapshot(analyses):
@@ -93,9 +94,9 @@ def test_a_simulated_snapshot_is_a_snapshot(analyses):
     data = simulated_snapshot(analysis, "expandable_segments:True")
     sim = analyze(load_snapshot_bytes(pickle.dumps(data), "sim.pickle"))
     assert any("simulated by fragviz" in w for w in sim.warnings)
-    (run,) = what_if(analysis, "expandable_segments:True")["devices"]
+    (run,) = what_if(analysis, "expandable_segments:True").devices
     d = report_dict(sim)["devices"][0]
-    assert d["peak_reserved_bytes"] == run["peak_reserved_bytes"]
+    assert d["peak_reserved_bytes"] == run.given.peak_reserved_bytes
     assert "segment_map" in d["trace_actions"] and d["trace_actions"]["alloc"] == 3505
     assert [w for w in sim.warnings if "first at event" in w or "replaying" in w] == []
 

@@ -16,6 +16,7 @@ from fragviz.allocator.config import parse_alloc_conf
 from fragviz.allocator.state import snapshot_dict
 from fragviz.replay.analysis import analyze
 from fragviz.model.lod import per_event
+from fragviz.simulate.records import DeviceMemory
 from fragviz.simulate.whatif import NothingToSimulate, simulate_device, what_if
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes
 from fragviz.snapshot.loader import RawSnapshot
@@ -53,7 +54,8 @@ def test_a_snapshot_without_a_trace_is_refused_with_the_reason(name, device):
     assert f"cannot simulate: device {device} has no trace (memory history was off" in str(refused.value)
     (r,) = simulate_device(analysis, device, [(EXPANDABLE, parse_alloc_conf(EXPANDABLE))])
     assert r.status == "cannot_answer" and r.avoids_oom is None
-    assert set(r.as_dict()) == {"device", "mode", "status", "alloc_conf", "reason"}  # no figure at all
+    assert (r.given, r.baseline, r.recorded, r.memory, r.certain_oom) == (None,) * 5  # no figure at all
+    assert set(r.as_dict()) == {"device", "mode", "status", "alloc_conf", "reason", "certain_oom"}
 
 
 def test_a_trace_without_an_alloc_is_refused():
@@ -70,16 +72,16 @@ def test_a_trace_that_starts_mid_run_says_what_it_inherits():
     analysis = real("hanmin_train_19k")
     segments = [s for s in raw(os.path.join(REAL, "hanmin_train_19k.pickle"))["segments"] if s["device"] == 0]
     # the trace has no segment_alloc or segment_free: every segment of the final state predates it
-    (d,) = what_if(analysis, EXPANDABLE)["devices"]
-    start = d["start"]
-    assert start["inherited"] is True and start["segments"] == len(segments) == 999
-    assert start["reserved_bytes"] == sum(s["total_size"] for s in segments)
-    (note,) = start["notes"]
-    assert note.startswith(f"The trace starts mid-run: 999 segments ({start['reserved_bytes'] / GiB:.2f} GiB reserved)")
+    (d,) = what_if(analysis, EXPANDABLE).devices
+    start = d.start
+    assert start.inherited is True and start.segments == len(segments) == 999
+    assert start.reserved_bytes == sum(s["total_size"] for s in segments)
+    (note,) = start.notes
+    assert note.startswith(f"The trace starts mid-run: 999 segments ({start.reserved_bytes / GiB:.2f} GiB reserved)")
     assert "their placement is as recorded, not as the simulated settings would have laid it out" in note
     # no OOM recorded and no device size given: no claim about OOMs
-    assert d["outcome"] == "unknown" and d["device_memory"] == {"bytes": None, "source": "unknown"}
-    assert d["claim"].startswith("the device size is unknown")
+    assert d.outcome == "unknown" and d.memory == DeviceMemory(None, "unknown")
+    assert d.claim.startswith("the device size is unknown")
 
 
 def test_a_device_smaller_than_the_inherited_start_is_refused():
@@ -96,18 +98,18 @@ def test_memory_reserved_before_the_recording_is_said():
     a = 0x7F0000000000
     cached = segment(a, [block(a, 20 * MiB, "inactive", 0)])  # a cached segment: no trace event made it
     trace = [ev("alloc", a, 20 * MiB), ev("free_requested", a, 20 * MiB), ev("free_completed", a, 20 * MiB)]
-    (d,) = what_if(analysed(snapshot([cached], trace)), EXPANDABLE)["devices"]
-    start = d["start"]
-    assert (start["inherited"], start["segments"], start["blocks"], start["reserved_bytes"]) == (True, 1, 0, 20 * MiB)
-    assert start["notes"][0].startswith("The trace starts mid-run: 1 segments (20.00 MiB) were reserved before its "
-                                        "first event, with no live block. The simulation starts from them as recorded")
-    assert d["recorded"]["peak_reserved_bytes"] == 20 * MiB  # the recording's peak counts the inherited segment
+    (d,) = what_if(analysed(snapshot([cached], trace)), EXPANDABLE).devices
+    start = d.start
+    assert (start.inherited, start.segments, start.blocks, start.reserved_bytes) == (True, 1, 0, 20 * MiB)
+    assert start.notes[0].startswith("The trace starts mid-run: 1 segments (20.00 MiB) were reserved before its "
+                                     "first event, with no live block. The simulation starts from them as recorded")
+    assert d.recorded.peak_reserved_bytes == 20 * MiB  # the recording's peak counts the inherited segment
 
 
 def test_a_trace_that_disagrees_with_its_final_state_says_so():
-    (d,) = what_if(real("nuggets_nightly_mini"), EXPANDABLE)["devices"]
-    assert d["start"]["consistent"] is False and d["start"]["inherited"] is False
-    (note,) = d["start"]["notes"]
+    (d,) = what_if(real("nuggets_nightly_mini"), EXPANDABLE).devices
+    assert d.start.consistent is False and d.start.inherited is False
+    (note,) = d.start.notes
     assert note.startswith("The trace and the final state disagree (24 alloc events whose block is neither freed "
                            "later nor in the final segments")
 
@@ -131,15 +133,15 @@ def recorded_by_hand(path: str) -> dict:
 
 def test_the_recorded_oom_and_peaks_stand_next_to_the_simulated_ones():
     want = recorded_by_hand(FRAG_SAMPLE)
-    (d,) = what_if(analyze(load_snapshot(FRAG_SAMPLE)), EXPANDABLE)["devices"]
-    rec = d["recorded"]
-    assert (rec["peak_reserved_bytes"], rec["peak_requested_bytes"]) == (want["peak_reserved"], want["peak_requested"])
-    (oom,) = rec["ooms"]
-    assert {k: oom[k] for k in ("event", "requested_bytes", "reserved_bytes")} == \
-        {k: want["oom"][k] for k in ("event", "requested_bytes", "reserved_bytes")}
-    assert d["device_memory"] == {"bytes": want["oom"]["capacity"], "source": "the first recorded OOM"}
-    assert len(d["baseline"]["ooms"]) == 1 and d["ooms"] == []
-    assert d["outcome"] == "avoids_oom" and d["peak_reserved_bytes"] <= want["oom"]["capacity"]
+    (d,) = what_if(analyze(load_snapshot(FRAG_SAMPLE)), EXPANDABLE).devices
+    rec = d.recorded
+    assert (rec.peak_reserved_bytes, rec.peak_requested_bytes) == (want["peak_reserved"], want["peak_requested"])
+    (oom,) = rec.ooms
+    assert (oom.event, oom.requested_bytes, oom.reserved_bytes) == \
+        (want["oom"]["event"], want["oom"]["requested_bytes"], want["oom"]["reserved_bytes"])
+    assert d.memory == DeviceMemory(want["oom"]["capacity"], "the first recorded OOM")
+    assert len(d.baseline.ooms) == 1 and d.given.ooms == ()
+    assert d.outcome == "avoids_oom" and d.given.peak_reserved_bytes <= want["oom"]["capacity"]
 
 
 # A tiny trace: a 20 MiB segment with a 20 MiB block, then a 20 MiB request fails with `device_free` free.
@@ -151,18 +153,18 @@ def tiny(device_free: int) -> dict:
 
 def test_no_claim_when_the_model_does_not_reproduce_the_recorded_oom():
     # 100 MiB were free at the OOM: the model's device (20 + 100 MiB) holds a second 20 MiB segment
-    (d,) = what_if(analysed(tiny(100 * MiB)), EXPANDABLE)["devices"]
-    assert d["device_memory"]["bytes"] == 120 * MiB and d["baseline"]["ooms"] == []
-    assert d["outcome"] == "unknown" and d["claim"] == (
+    (d,) = what_if(analysed(tiny(100 * MiB)), EXPANDABLE).devices
+    assert d.memory.bytes == 120 * MiB and d.baseline.ooms == ()
+    assert d.outcome == "unknown" and d.claim == (
         "the model does not reproduce the recorded OOM (event 2) under the recorded settings, so it cannot tell "
         "whether expandable_segments:True would avoid it")
 
 
 def test_would_not_help_only_when_the_model_reproduces_the_oom():
     # nothing free: 20 MiB more cannot be had under any setting
-    (d,) = what_if(analysed(tiny(0)), EXPANDABLE)["devices"]
-    assert len(d["baseline"]["ooms"]) == 1 and len(d["ooms"]) == 1
-    assert d["outcome"] == "still_ooms" and d["claim"].startswith(
+    (d,) = what_if(analysed(tiny(0)), EXPANDABLE).devices
+    assert len(d.baseline.ooms) == 1 and len(d.given.ooms) == 1
+    assert d.outcome == "still_ooms" and d.claim.startswith(
         "expandable_segments:True would not help: simulated, the run still runs out of memory (1 OOM(s), the first at "
         "event 2)")
 
@@ -179,12 +181,12 @@ def test_the_series_is_min_and_max_per_bucket():
     # block: 16 of 20 MiB non-releasable); after event 2 one 12 MiB gap; after event 3 (the free, done at once: its
     # free_completed follows) gaps of 4 and 12 MiB, 16 MiB; event 4 (that free_completed) asks nothing of it
     (r,) = simulate_device(analysis, 0, [("default", settings)], series_points=10**6)
-    s = r.given.series.arrays()
+    s = r.series
     assert s["start"].tolist() == [0, 2, 3, 4]
     assert s["reserved_max"].tolist() == [0, 20 * MiB, 20 * MiB, 20 * MiB]
     assert s["fragmentation_max"].tolist() == [0.0, 0.8, 0.6, 0.8]
     (r,) = simulate_device(analysis, 0, [("default", settings)], series_points=2)
-    s = r.given.series.arrays()  # 6 states in buckets of 3: states 0 and 2, then 3 and 4
+    s = r.series  # 6 states in buckets of 3: states 0 and 2, then 3 and 4
     assert s["start"].tolist() == [0, 3]
     assert (s["reserved_min"].tolist(), s["reserved_max"].tolist()) == ([0, 20 * MiB], [20 * MiB, 20 * MiB])
     assert (s["fragmentation_min"].tolist(), s["fragmentation_max"].tolist()) == ([0.0, 0.6], [0.8, 0.8])
@@ -209,7 +211,7 @@ def test_the_series_has_the_figures_of_the_old_detour(path, conf):
     x, old = old_detour(analysis, conf, None)
     last = {int(v): i for i, v in enumerate(x)}  # the state after the last trace entry of each event
     (r,) = simulate_device(analysis, 0, [(conf, parse_alloc_conf(conf))], series_points=10**9)
-    new = r.given.series.arrays()
+    new = r.series
     assert set(last) <= set(new["start"].tolist())  # every state the detour drew is drawn
     at = [last[int(v)] for v in new["start"] if int(v) in last]
     kept = [j for j, v in enumerate(new["start"]) if int(v) in last]
@@ -224,7 +226,7 @@ def test_the_series_starts_from_the_recorded_start():
     analysis = real("hanmin_train_19k")
     (r,) = simulate_device(analysis, 0, [(EXPANDABLE, parse_alloc_conf(EXPANDABLE))], series_points=100)
     recorded = per_event(analysis.replays[0].series)
-    s = r.given.series.arrays()
+    s = r.series
     assert s["reserved_min"][0] <= recorded["reserved"][0] <= s["reserved_max"][0]
     assert s["fragmentation_min"][0] <= recorded["fragmentation"][0] <= s["fragmentation_max"][0]
 

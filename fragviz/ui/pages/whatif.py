@@ -93,8 +93,7 @@ def _simulate(app_ctx, sid: int, device: int, conf: str, memory: int | None, job
     label = conf or "the default settings"
     (result,) = simulate_device(analysis, device, [(label, parse_alloc_conf(conf))], memory,
                                 series_points=MAX_POINTS, progress=job.set_progress)
-    curve = result.given.series.arrays() if result.given is not None else None
-    return result.as_dict(), curve
+    return result.as_dict(), result.series
 
 
 def _ooms(run: dict[str, Any], known: bool) -> str:
