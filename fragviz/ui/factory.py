@@ -14,6 +14,7 @@ from fragviz.library import Library
 from fragviz.store.engine import open_store
 from fragviz.ui import ids
 from fragviz.ui.http.api import Writer, install_api
+from fragviz.ui.data.compare import CompareViews
 from fragviz.ui.data.views import Views
 from fragviz.ui.http.guard import Door, install_guard
 from fragviz.ui.data.whatif_runs import WhatIfRuns
@@ -28,6 +29,7 @@ class AppContext:
     reader: Library
     writer: Writer
     views: Views
+    compare: CompareViews
     live: LiveManager
     whatif_runs: WhatIfRuns = field(default_factory=WhatIfRuns)  # the what-if page's simulations, this app's own
 
@@ -44,7 +46,8 @@ def create_app(db_path: str, token: str | None = None, samples: str | None = Non
     if samples and not reader.list_snapshots():
         for path in sorted(glob.glob(os.path.join(samples, "*.pickle.gz"))):
             writer.ingest_file(path, os.path.basename(path))
-    app_ctx = AppContext(reader, writer, Views(reader), LiveManager(db_path))
+    views = Views(reader)
+    app_ctx = AppContext(reader, writer, views, CompareViews(views), LiveManager(db_path))
     server = Flask("fragviz")
     install_guard(server, Door(host, token or None, tuple(allowed_hosts)))
     install_api(server, reader, writer)

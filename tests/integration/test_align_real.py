@@ -14,8 +14,8 @@ from fragviz.replay.align import AlignmentRefused
 from fragviz.replay.analysis import analyze
 from fragviz.library import Library
 from fragviz.snapshot import load_snapshot
-from fragviz.ui.compare_data import CompareViews
-from fragviz.ui.data import Views
+from fragviz.ui.data.compare import CompareViews
+from fragviz.ui.data.views import Views
 from tests.support.helpers import real
 from tests.support.step_traces import STEP, step_starts, with_snapshot_actions, with_step_annotations
 

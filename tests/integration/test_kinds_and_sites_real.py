@@ -15,7 +15,7 @@ from fragviz.doctor.report import report_dict, report_text
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.frames import is_allocator_frame
 from fragviz.store.engine import open_store
-from fragviz.ui.data import Views
+from fragviz.ui.data.views import Views
 from fragviz.usage.sites import ONLY_ALLOCATOR_SITE, site_frame, site_label
 from fragviz.usage.stackless import BEFORE_RECORDING, INFERRED_TEXT, NO_STACKS, REASON_TEXT
 from tests.support.helpers import REAL

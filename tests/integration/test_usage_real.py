@@ -17,7 +17,7 @@ from fragviz.doctor.report import report_dict
 from fragviz.snapshot import load_snapshot
 from fragviz.library import Library
 from fragviz.store.engine import open_store
-from fragviz.ui.usage_data import UsageViews
+from fragviz.ui.data.usage import UsageViews
 from fragviz.usage.kinds import KINDS
 from tests.support.helpers import REAL
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fragviz.model import Block, BlockState, Frame, Segment
 from fragviz.snapshot.frames import cpp_function, is_allocator_frame, visible_frames
 from fragviz.ui.figures.stacks import icicle_figure
-from fragviz.ui.sites import INTERNAL_ONLY, SITE_CHARS, icicle_weights, short_site
+from fragviz.ui.data.sites import INTERNAL_ONLY, SITE_CHARS, icicle_weights, short_site
 from fragviz.usage.sites import NO_STACK_SITE, ONLY_ALLOCATOR_SITE, site_label, top_sites
 
 # Sites as usage.sites.site_label writes them, from the real snapshots (verl, nuggets, the cs336 ones, diffusion)

@@ -9,7 +9,7 @@ import numpy as np
 from fragviz.replay.analysis import analyze
 from fragviz.doctor.report import report_dict, report_text
 from fragviz.snapshot import load_snapshot_bytes
-from fragviz.ui.usage_data import device_usage
+from fragviz.ui.data.usage import device_usage
 from fragviz.usage.kinds import KINDS
 from fragviz.usage.lifetimes import Lifetimes
 from fragviz.usage.stackless import (BEFORE_RECORDING, INFERRED_TEXT, NO_STACKS, REASON_TEXT, TRACE_WITHOUT_STACKS,

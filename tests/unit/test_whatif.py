@@ -21,7 +21,7 @@ from fragviz.simulate.whatif import NothingToSimulate, simulate_device, what_if
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes
 from fragviz.snapshot.loader import RawSnapshot
 from fragviz.snapshot.parse import parse_snapshot
-from fragviz.ui.jobs import Busy, JobRunner
+from fragviz.ui.data.whatif_runs import Busy, WhatIfRuns
 from tests.support.helpers import REAL, MiB, block, ev, segment, snapshot
 
 GiB = 1024**3
@@ -182,14 +182,14 @@ def test_the_series_is_min_and_max_per_bucket():
     # free_completed follows) gaps of 4 and 12 MiB, 16 MiB; event 4 (that free_completed) asks nothing of it
     (r,) = simulate_device(analysis, 0, [("default", settings)], series_points=10**6)
     s = r.series
-    assert s["start"].tolist() == [0, 2, 3, 4]
-    assert s["reserved_max"].tolist() == [0, 20 * MiB, 20 * MiB, 20 * MiB]
-    assert s["fragmentation_max"].tolist() == [0.0, 0.8, 0.6, 0.8]
+    assert s.start.tolist() == [0, 2, 3, 4]
+    assert s.maxs["reserved"].tolist() == [0, 20 * MiB, 20 * MiB, 20 * MiB]
+    assert s.maxs["fragmentation"].tolist() == [0.0, 0.8, 0.6, 0.8]
     (r,) = simulate_device(analysis, 0, [("default", settings)], series_points=2)
     s = r.series  # 6 states in buckets of 3: states 0 and 2, then 3 and 4
-    assert s["start"].tolist() == [0, 3]
-    assert (s["reserved_min"].tolist(), s["reserved_max"].tolist()) == ([0, 20 * MiB], [20 * MiB, 20 * MiB])
-    assert (s["fragmentation_min"].tolist(), s["fragmentation_max"].tolist()) == ([0.0, 0.6], [0.8, 0.8])
+    assert s.start.tolist() == [0, 3] and s.bucket == 3
+    assert (s.mins["reserved"].tolist(), s.maxs["reserved"].tolist()) == ([0, 20 * MiB], [20 * MiB, 20 * MiB])
+    assert (s.mins["fragmentation"].tolist(), s.maxs["fragmentation"].tolist()) == ([0.0, 0.6], [0.8, 0.8])
 
 
 def old_detour(analysis, conf: str, capacity):
@@ -212,12 +212,12 @@ def test_the_series_has_the_figures_of_the_old_detour(path, conf):
     last = {int(v): i for i, v in enumerate(x)}  # the state after the last trace entry of each event
     (r,) = simulate_device(analysis, 0, [(conf, parse_alloc_conf(conf))], series_points=10**9)
     new = r.series
-    assert set(last) <= set(new["start"].tolist())  # every state the detour drew is drawn
-    at = [last[int(v)] for v in new["start"] if int(v) in last]
-    kept = [j for j, v in enumerate(new["start"]) if int(v) in last]
+    assert set(last) <= set(new.start.tolist())  # every state the detour drew is drawn
+    at = [last[int(v)] for v in new.start if int(v) in last]
+    kept = [j for j, v in enumerate(new.start) if int(v) in last]
     assert len(at) > 1000
-    assert new["reserved_max"][kept].tolist() == old["reserved"][at].tolist()
-    assert np.allclose(new["fragmentation_max"][kept], old["fragmentation"][at], rtol=0, atol=1e-12)
+    assert new.maxs["reserved"][kept].tolist() == old["reserved"][at].tolist()
+    assert np.allclose(new.maxs["fragmentation"][kept], old["fragmentation"][at], rtol=0, atol=1e-12)
 
 
 def test_the_series_starts_from_the_recorded_start():
@@ -227,13 +227,13 @@ def test_the_series_starts_from_the_recorded_start():
     (r,) = simulate_device(analysis, 0, [(EXPANDABLE, parse_alloc_conf(EXPANDABLE))], series_points=100)
     recorded = per_event(analysis.replays[0].series)
     s = r.series
-    assert s["reserved_min"][0] <= recorded["reserved"][0] <= s["reserved_max"][0]
-    assert s["fragmentation_min"][0] <= recorded["fragmentation"][0] <= s["fragmentation_max"][0]
+    assert s.mins["reserved"][0] <= recorded["reserved"][0] <= s.maxs["reserved"][0]
+    assert s.mins["fragmentation"][0] <= recorded["fragmentation"][0] <= s.maxs["fragmentation"][0]
 
 
 # -- the app's job runner --------------------------------------------------------------------------------------
 
-def wait_done(runner: JobRunner, job_id: str):
+def wait_done(runner: WhatIfRuns, job_id: str):
     deadline = time.monotonic() + 60
     while not runner.peek(job_id).done:
         assert time.monotonic() < deadline, "the job did not finish"
@@ -243,7 +243,7 @@ def wait_done(runner: JobRunner, job_id: str):
 
 def test_the_runner_is_bounded_and_forgets_what_was_read():
     now = [0.0]
-    runner = JobRunner(max_running=1, clock=lambda: now[0])
+    runner = WhatIfRuns(max_running=1, clock=lambda: now[0])
     gate = threading.Event()
     first = runner.start(lambda job: gate.wait(60) and "done")
     with pytest.raises(Busy):
@@ -262,7 +262,7 @@ def test_the_runner_is_bounded_and_forgets_what_was_read():
 
 def test_the_runner_drops_results_nobody_read():
     now = [0.0]
-    runner = JobRunner(keep_seconds=600, clock=lambda: now[0])
+    runner = WhatIfRuns(keep_seconds=600, clock=lambda: now[0])
     job_id = runner.start(lambda job: "result")
     while not runner.peek(job_id).done:
         time.sleep(0.01)

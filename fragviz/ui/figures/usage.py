@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from fragviz.ui.usage_data import BandView, GroupView
+from fragviz.ui.data.usage import BandView, GroupView
 from fragviz.ui.figures.style import unit_for
 from fragviz.usage.kinds import KIND_LABELS
 

@@ -9,7 +9,6 @@ from dash import Input, Output, State, dash_table, dcc, html, no_update
 from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
 from fragviz.ui.figures.compare import difference_figure
-from fragviz.ui.compare_data import compare_views
 from fragviz.ui.pages import compare_align
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int
 
@@ -39,7 +38,7 @@ def layout(app_ctx, search: str | None) -> html.Div:
 def _side_controls(app_ctx, search, options, label, key, pick, dev, ev) -> list:
     sid = query_int(search, key)
     dev_options, device = device_choice(app_ctx, sid, query_int(search, "d" + key))
-    event = compare_align.resolved_event(compare_views(app_ctx.views), sid, device, query_int(search, "e" + key))
+    event = compare_align.resolved_event(app_ctx.compare, sid, device, query_int(search, "e" + key))
     return [
         html.Label([f"{label} ", dcc.Dropdown(id=pick, options=options, value=sid, className="fv-pick")]),
         html.Label(["device ", dcc.Dropdown(id=dev, options=dev_options, value=device, clearable=False,
@@ -65,7 +64,7 @@ def _state(app_ctx, sid: int, device: int | None, event: int | None):
     row = app_ctx.reader.snapshot_row(sid)
     if device not in row.devices:
         device = row.devices[0] if row.devices else 0
-    event = compare_align.resolved_event(compare_views(app_ctx.views), sid, device, event)
+    event = compare_align.resolved_event(app_ctx.compare, sid, device, event)
     segments, fig, k = app_ctx.views.state(sid, device, event)
     return row, device, segments, fig, k
 

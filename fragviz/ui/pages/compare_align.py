@@ -8,7 +8,7 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 from fragviz.replay.align import AXES, AlignmentRefused
 from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
-from fragviz.ui.compare_data import AlignedSide, CompareViews, compare_views
+from fragviz.ui.data.compare import AlignedSide, CompareViews
 from fragviz.ui.figures.compare import SideSeries, aligned_figure
 from fragviz.ui.pages.common import card, query
 
@@ -93,7 +93,7 @@ def _clicked(cv: CompareViews, click: dict | None, a, da, b, db, axis: str) -> t
 
 
 def register(app, app_ctx) -> None:
-    cv = compare_views(app_ctx.views)
+    cv = app_ctx.compare
 
     @app.callback(Output(ids.COMPARE_ALIGNED, "figure"), Output(ids.COMPARE_ALIGNED, "style"),
                   Output(ids.COMPARE_ALIGNED_NOTE, "children"),

@@ -15,9 +15,9 @@ from fragviz.ui.figures.segments import segment_axis_figure, segment_map_figure
 from fragviz.ui.figures.stacks import icicle_figure
 from fragviz.ui.figures.timeline import timeline_figure
 from fragviz.ui.pages import snapshot_device, snapshot_export, snapshot_oom, usage
-from fragviz.ui.data import gaps_of
+from fragviz.ui.data.views import gaps_of
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, opening_device, query_int
-from fragviz.ui.sites import icicle_note, icicle_weights, no_trace_note, peak_info, sites_rows, sites_table
+from fragviz.ui.data.sites import icicle_note, icicle_weights, no_trace_note, peak_info, sites_rows, sites_table
 
 GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": True}
 SEGMENT_ROWS = 120  # segments drawn before the smallest are folded

@@ -10,7 +10,7 @@ from dash.exceptions import PreventUpdate
 
 from fragviz.ui import ids
 from fragviz.ui.pages.common import fb, make_search
-from fragviz.ui.sites import no_trace_note
+from fragviz.ui.data.sites import no_trace_note
 
 ViewOf = Callable[..., tuple[int, int, int, int]]
 

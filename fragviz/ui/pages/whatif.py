@@ -17,7 +17,7 @@ from fragviz.store.records import Summary
 from fragviz.simulate.whatif import UNKNOWN, refusal_for, simulate_device
 from fragviz.ui import ids
 from fragviz.ui.figures.whatif import overlay_figure
-from fragviz.ui.jobs import Job
+from fragviz.ui.data.whatif_runs import WhatIfRun
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, opening_device, query_int
 from fragviz.ui.pages.snapshot import sid_of
 from fragviz.base.units import parse_size
@@ -87,7 +87,7 @@ def _controls(device: int) -> list:
     ]
 
 
-def _simulate(app_ctx, sid: int, device: int, conf: str, memory: int | None, job: Job) -> tuple[dict, dict | None]:
+def _simulate(app_ctx, sid: int, device: int, conf: str, memory: int | None, job: WhatIfRun) -> tuple[dict, dict | None]:
     """The work of one job: the what-if as JSON, and the simulated series to draw (None when refused)."""
     analysis = app_ctx.views.analysis(sid)
     label = conf or "the default settings"
@@ -156,7 +156,7 @@ def register(app, app_ctx) -> None:
             parse_alloc_conf(conf or "")
             capacity = parse_size(memory) if memory else None
             sid = sid_of(pathname)
-            job = app_ctx.jobs.start(lambda j: _simulate(app_ctx, sid, device, conf or "", capacity, j), "whatif")
+            job = app_ctx.whatif_runs.start(lambda j: _simulate(app_ctx, sid, device, conf or "", capacity, j), "whatif")
         except FragvizError as exc:
             return no_update, True, error_panel(str(exc))
         return job, False, html.Div([html.Progress(value="0", max="100"), f" simulating cuda:{device}…"])
@@ -166,7 +166,7 @@ def register(app, app_ctx) -> None:
                   Input(ids.WHATIF_POLL, "n_intervals"), State(ids.WHATIF_JOB, "data"),
                   State(ids.URL, "pathname"), prevent_initial_call=True)
     def poll(_, job_id, pathname):
-        job = app_ctx.jobs.read(job_id or "")
+        job = app_ctx.whatif_runs.read(job_id or "")
         if job is None:
             return no_update, no_update, True
         if not job.done:

@@ -3,7 +3,6 @@ level of detail the reader serves), its alignment on the shared axis, and the st
 No Dash here; the maths is fragviz.replay.align's."""
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -12,7 +11,7 @@ import numpy as np
 
 from fragviz.replay.align import Alignment, by_event, by_markers, by_time, step_markers
 from fragviz.base.errors import FragvizError
-from fragviz.ui.data import Views
+from fragviz.ui.data.views import Views
 
 MARKER_LIMIT = 10**9  # every `snapshot` action: a thinned list would number the steps wrongly
 
@@ -35,7 +34,8 @@ class AlignedSide:
 
 
 class CompareViews:
-    """The compare page's reads of one store, with caches (stored snapshots do not change)."""
+    """The compare page's reads of one store, with caches (stored snapshots do not change): one per app, in its
+    AppContext."""
 
     def __init__(self, views: Views) -> None:
         self.views = views
@@ -77,13 +77,3 @@ class CompareViews:
         fine = self.views.reader.timeline(side.sid, side.device, lo, hi, max_points=bucket + 1)
         exact = by_time(fine["start"], fine.get("time_us_min"), side.timeline.get("t0_us"), hi)
         return max(exact.state_at(x), lo)
-
-
-_BY_VIEWS: weakref.WeakKeyDictionary[Views, CompareViews] = weakref.WeakKeyDictionary()
-
-
-def compare_views(views: Views) -> CompareViews:
-    """The one CompareViews of an app's Views (its caches live as long as the app)."""
-    if views not in _BY_VIEWS:
-        _BY_VIEWS[views] = CompareViews(views)
-    return _BY_VIEWS[views]

@@ -11,7 +11,7 @@ from dash import dash_table, dcc, html
 from fragviz.model import BlockState, Frame, Segment
 from fragviz.snapshot.frames import is_user_frame, visible_frames
 from fragviz.ui import ids
-from fragviz.ui.pages.common import fb
+from fragviz.base.units import format_bytes as fb
 
 SITE_CHARS = 64  # a shown site is at most this long: about two lines of the table's site column
 PACKAGE_ROOTS = ("site-packages", "dist-packages")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from html import escape
 
 import numpy as np
 
@@ -130,7 +131,7 @@ def band_facts(u: DeviceUsage, rows: np.ndarray) -> list[list[str]]:
 
 def band_hovers(u: DeviceUsage, rows: np.ndarray) -> list[str]:
     """The same words as HTML for the pointer's box: escaped, the first line in bold."""
-    return ["<br>".join([f"<b>{_escape(lines[0])}</b>"] + [_escape(line) for line in lines[1:]])
+    return ["<br>".join([f"<b>{escape(lines[0], quote=False)}</b>"] + [escape(line, quote=False) for line in lines[1:]])
             for lines in band_facts(u, rows)]
 
 
@@ -151,7 +152,3 @@ def _duration(start_us: int, end_us: int) -> str:
         return ""
     seconds = (end_us - start_us) / 1e6
     return f", {seconds * 1000:.3g} ms" if seconds < 1 else f", {seconds:.3g} s"
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

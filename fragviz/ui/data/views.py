@@ -9,7 +9,7 @@ from fragviz.doctor import Diagnosis, diagnose
 from fragviz.model.metrics import StateFigures
 from fragviz.model import BlockState, Frame, Segment
 from fragviz.library import Library
-from fragviz.ui.usage_data import UsageViews
+from fragviz.ui.data.usage import UsageViews
 from fragviz.usage.sites import site_label, top_sites
 
 
