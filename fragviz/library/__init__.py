@@ -6,13 +6,13 @@ reads only through a Library and never sees a connection.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
 
 from fragviz.replay.analysis import Analysis
-from fragviz.model.lod import choose_bucket, per_event
+from fragviz.model.lod import Timeline, choose_bucket, per_event
 from fragviz.model.metrics import StateFigures
 from fragviz.model import Frame, Segment, Trace
 from fragviz.library import stored
@@ -131,8 +131,8 @@ class Library:
 
     # -- what the dashboard draws ----------------------------------------------------------------------
     def timeline(self, sid: int, device: int, lo: int = 0, hi: int | None = None,
-                 max_points: int = 2000) -> dict[str, Any]:
-        """Figures over states lo..hi: raw where few enough, else min/max per bucket (key "bucket" says which)."""
+                 max_points: int = 2000) -> Timeline:
+        """Figures over states lo..hi: raw where few enough, else min/max per bucket (its `bucket` says which)."""
         n = self.trace_length(sid, device)
         hi = n if hi is None else min(max(hi, 0), n)
         lo = min(max(lo, 0), hi)
@@ -141,26 +141,21 @@ class Library:
             return self._with_t0(sid, device, self._states(sid, device, lo, hi))
         cols = self.records.lod(sid, device, bucket)
         i, j = lo // bucket, hi // bucket + 1
-        return self._with_t0(sid, device, {"bucket": bucket, **{k: v[i:j] for k, v in cols.items()}})
+        return self._with_t0(sid, device, Timeline.from_columns(bucket, {k: v[i:j] for k, v in cols.items()}))
 
-    def _states(self, sid: int, device: int, lo: int, hi: int) -> dict[str, Any]:
+    def _states(self, sid: int, device: int, lo: int, hi: int) -> Timeline:
         first, last = lo // CHUNK_EVENTS, hi // CHUNK_EVENTS
         chunks = self.records.series_chunks(sid, device, first, last)
         figures = per_event({k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]})
         base = first * CHUNK_EVENTS
-        out: dict[str, Any] = {"bucket": 1, "start": np.arange(lo, hi + 1)}
-        for name, values in figures.items():
-            out[name + "_min"] = out[name + "_max"] = values[lo - base:hi - base + 1]
-        times = self._times(sid, device, lo, hi)
-        if times is not None:
-            out["time_us_min"] = times
-        return out
+        values = {name: v[lo - base:hi - base + 1] for name, v in figures.items()}
+        return Timeline(1, np.arange(lo, hi + 1), values, values, self._times(sid, device, lo, hi))
 
-    def _with_t0(self, sid: int, device: int, out: dict[str, Any]) -> dict[str, Any]:
-        if "time_us_min" in out:
-            first = self.records.trace_chunks(sid, device, 0, 0)
-            out["t0_us"] = int(first[0]["time_us"][0]) if first else None
-        return out
+    def _with_t0(self, sid: int, device: int, timeline: Timeline) -> Timeline:
+        if timeline.time_us is None:
+            return timeline
+        first = self.records.trace_chunks(sid, device, 0, 0)
+        return replace(timeline, t0_us=int(first[0]["time_us"][0]) if first else None)
 
     def _times(self, sid: int, device: int, lo: int, hi: int) -> np.ndarray | None:
         first, last = max(0, lo - 1) // CHUNK_EVENTS, max(0, hi - 1) // CHUNK_EVENTS

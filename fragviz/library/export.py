@@ -143,8 +143,7 @@ def _state_times(reader: Library, sid: int, device: int, states: int) -> pd.arra
     """The time of every state as the timeline stamps it (state K: event K - 1's, state 0: event 0's); all
     null where the trace has no times."""
     n = states - 1
-    timeline = reader.timeline(sid, device, 0, n, max_points=states) if n > 0 else {}
-    times = timeline.get("time_us_min")
+    times = reader.timeline(sid, device, 0, n, max_points=states).time_us if n > 0 else None
     if times is None or len(times) != states:
         return _nullable(np.zeros(states, np.int64), np.ones(states, bool))
     return _nullable(np.asarray(times, np.int64), np.zeros(states, bool))

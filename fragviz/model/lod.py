@@ -6,11 +6,59 @@ most the points asked for, or the raw series when the range is short enough.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Mapping
+
 import numpy as np
+
+from fragviz.base.transition import KeyedForTransition
 
 LEVEL_BASE = 16
 LEVEL_FACTOR = 4
 FIGURES = ("allocated", "requested", "reserved", "free", "non_releasable", "fragmentation", "free_scatter")
+
+
+@dataclass(frozen=True, eq=False)
+class Timeline(KeyedForTransition):
+    """Figures over a range of states, as a timeline draws them: every state (`bucket` 1), or the min and max of
+    each bucket of `bucket` states. `start` is the first state of each point; `mins` and `maxs` hold each figure's
+    series by its name (FIGURES, or a what-if's "reserved" and "fragmentation"); `time_us` the time of each point's
+    first state and `t0_us` the trace's first time, where the trace has times."""
+
+    bucket: int
+    start: np.ndarray
+    mins: Mapping[str, np.ndarray]
+    maxs: Mapping[str, np.ndarray]
+    time_us: np.ndarray | None = None
+    t0_us: int | None = None
+
+    @classmethod
+    def from_columns(cls, bucket: int, columns: Mapping[str, np.ndarray], t0_us: int | None = None) -> Timeline:
+        """From `summarise`'s columns (`start`, `<figure>_min`, `<figure>_max`, `time_us_min` where timed)."""
+        names = [k[:-4] for k in columns if k.endswith("_max") and k != "time_us_max"]
+        return cls(bucket, columns["start"], {n: columns[n + "_min"] for n in names},
+                   {n: columns[n + "_max"] for n in names}, columns.get("time_us_min"), t0_us)
+
+    def columns(self) -> dict[str, Any]:
+        """The timeline as `summarise`'s columns (and `bucket`, `t0_us`), to compare two of them whole."""
+        out: dict[str, Any] = {"bucket": self.bucket, "start": self.start}
+        for name in self.maxs:
+            out[name + "_min"], out[name + "_max"] = self.mins[name], self.maxs[name]
+        if self.time_us is not None:
+            out["time_us_min"], out["t0_us"] = self.time_us, self.t0_us
+        return out
+
+    def __getitem__(self, key: str) -> Any:  # transition: the old dict's keys
+        try:
+            return self.columns()[key]
+        except KeyError:
+            return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:  # transition
+        return self.columns().get(key, default)
+
+    def __contains__(self, key: str) -> bool:  # transition
+        return key in self.columns()
 
 
 def per_event(series: dict[str, np.ndarray], time_us: np.ndarray | None = None) -> dict[str, np.ndarray]:

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from fragviz.allocator.config import AllocatorSettings
 from fragviz.base.transition import KeyedForTransition
+from fragviz.model.lod import Timeline
 
 SIMULATED, CANNOT_ANSWER = "simulated", "cannot_answer"
 # Outcomes of a simulated what-if; only the first three are claims about OOMs.
@@ -107,7 +106,7 @@ class DeviceWhatIf(KeyedForTransition):
     outcome: str | None = None
     claim: str | None = None
     certain_oom: CertainOom | None = None
-    series: dict[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
+    series: Timeline | None = field(default=None, compare=False, repr=False)
 
     @property
     def status(self) -> str:

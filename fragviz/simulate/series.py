@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fragviz.allocator.sim import DeviceAllocator
+from fragviz.model.lod import Timeline
 from fragviz.model.metrics import fragmentation
 
 FIGURES = ("reserved", "fragmentation")
@@ -41,11 +42,9 @@ class RunSeries:
             self._lo[f][-1] = min(self._lo[f][-1], values[f])
             self._hi[f][-1] = max(self._hi[f][-1], values[f])
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """`start` (the first state of each bucket that holds one) and `<figure>_min` / `<figure>_max`."""
-        out = {"start": np.asarray(self._start, np.int64)}
-        for f in FIGURES:
-            kind = np.int64 if f == "reserved" else np.float64
-            out[f + "_min"] = np.asarray(self._lo[f], kind)
-            out[f + "_max"] = np.asarray(self._hi[f], kind)
-        return out
+    def timeline(self) -> Timeline:
+        """The figures per bucket; `start` is the first state of each bucket that holds one."""
+        kinds = {f: np.int64 if f == "reserved" else np.float64 for f in FIGURES}
+        return Timeline(self.bucket, np.asarray(self._start, np.int64),
+                        {f: np.asarray(self._lo[f], kinds[f]) for f in FIGURES},
+                        {f: np.asarray(self._hi[f], kinds[f]) for f in FIGURES})

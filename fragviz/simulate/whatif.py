@@ -154,7 +154,7 @@ def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, Alloc
         given = run.figures()
         outcome, claim = judge(label, recorded, base, given, memory)
         out.append(DeviceWhatIf(device, label, None, given, base, recorded, start, memory, outcome, claim, certain,
-                                run.series.arrays() if run.series is not None else None))
+                                run.series.timeline() if run.series is not None else None))
     return out
 
 

@@ -201,7 +201,7 @@ def test_timeline_markers_and_level_of_detail(real_store):
     assert len(spans) == len(starts) == 2 and all(0 <= s.start_event <= s.end_event <= n for s in spans)
     whole = reader.timeline(ids[path], 0, max_points=500)
     replay = analyze(snap).replays[0]
-    assert whole["bucket"] == 64 and whole["reserved_max"].max() == replay.series["reserved"].max()
-    assert whole["allocated_max"].max() == replay.series["allocated"].max()  # no peak is lost to the summary
+    assert whole.bucket == 64 and whole.maxs["reserved"].max() == replay.series["reserved"].max()
+    assert whole.maxs["allocated"].max() == replay.series["allocated"].max()  # no peak is lost to the summary
     raw = reader.timeline(ids[path], 0, 1000, 1200)
-    assert raw["bucket"] == 1 and (raw["reserved_max"] == replay.series["reserved"][1000:1201]).all()
+    assert raw.bucket == 1 and (raw.maxs["reserved"] == replay.series["reserved"][1000:1201]).all()

@@ -76,7 +76,7 @@ def test_the_same_figures_come_out_of_sqlite_and_postgresql(both, path):
                 seg_a, fig_a, _ = lite.device_state(a, device, max(k, 0))
                 seg_b, fig_b, _ = pg.device_state(b, device, max(k, 0))
                 assert seg_a == seg_b and fig_a == fig_b, (device, k)
-            _same_columns(lite.timeline(a, device), pg.timeline(b, device))
+            _same_columns(lite.timeline(a, device).columns(), pg.timeline(b, device).columns())
             _same_columns(lite.series(a, device), pg.series(b, device))
             _same_columns(lite.lifetimes(a, device).columns(), pg.lifetimes(b, device).columns())
             assert lite.markers(a, device) == pg.markers(b, device)

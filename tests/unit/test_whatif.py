@@ -182,14 +182,14 @@ def test_the_series_is_min_and_max_per_bucket():
     # free_completed follows) gaps of 4 and 12 MiB, 16 MiB; event 4 (that free_completed) asks nothing of it
     (r,) = simulate_device(analysis, 0, [("default", settings)], series_points=10**6)
     s = r.series
-    assert s["start"].tolist() == [0, 2, 3, 4]
-    assert s["reserved_max"].tolist() == [0, 20 * MiB, 20 * MiB, 20 * MiB]
-    assert s["fragmentation_max"].tolist() == [0.0, 0.8, 0.6, 0.8]
+    assert s.start.tolist() == [0, 2, 3, 4]
+    assert s.maxs["reserved"].tolist() == [0, 20 * MiB, 20 * MiB, 20 * MiB]
+    assert s.maxs["fragmentation"].tolist() == [0.0, 0.8, 0.6, 0.8]
     (r,) = simulate_device(analysis, 0, [("default", settings)], series_points=2)
     s = r.series  # 6 states in buckets of 3: states 0 and 2, then 3 and 4
-    assert s["start"].tolist() == [0, 3]
-    assert (s["reserved_min"].tolist(), s["reserved_max"].tolist()) == ([0, 20 * MiB], [20 * MiB, 20 * MiB])
-    assert (s["fragmentation_min"].tolist(), s["fragmentation_max"].tolist()) == ([0.0, 0.6], [0.8, 0.8])
+    assert s.start.tolist() == [0, 3] and s.bucket == 3
+    assert (s.mins["reserved"].tolist(), s.maxs["reserved"].tolist()) == ([0, 20 * MiB], [20 * MiB, 20 * MiB])
+    assert (s.mins["fragmentation"].tolist(), s.maxs["fragmentation"].tolist()) == ([0.0, 0.6], [0.8, 0.8])
 
 
 def old_detour(analysis, conf: str, capacity):
@@ -212,12 +212,12 @@ def test_the_series_has_the_figures_of_the_old_detour(path, conf):
     last = {int(v): i for i, v in enumerate(x)}  # the state after the last trace entry of each event
     (r,) = simulate_device(analysis, 0, [(conf, parse_alloc_conf(conf))], series_points=10**9)
     new = r.series
-    assert set(last) <= set(new["start"].tolist())  # every state the detour drew is drawn
-    at = [last[int(v)] for v in new["start"] if int(v) in last]
-    kept = [j for j, v in enumerate(new["start"]) if int(v) in last]
+    assert set(last) <= set(new.start.tolist())  # every state the detour drew is drawn
+    at = [last[int(v)] for v in new.start if int(v) in last]
+    kept = [j for j, v in enumerate(new.start) if int(v) in last]
     assert len(at) > 1000
-    assert new["reserved_max"][kept].tolist() == old["reserved"][at].tolist()
-    assert np.allclose(new["fragmentation_max"][kept], old["fragmentation"][at], rtol=0, atol=1e-12)
+    assert new.maxs["reserved"][kept].tolist() == old["reserved"][at].tolist()
+    assert np.allclose(new.maxs["fragmentation"][kept], old["fragmentation"][at], rtol=0, atol=1e-12)
 
 
 def test_the_series_starts_from_the_recorded_start():
@@ -227,8 +227,8 @@ def test_the_series_starts_from_the_recorded_start():
     (r,) = simulate_device(analysis, 0, [(EXPANDABLE, parse_alloc_conf(EXPANDABLE))], series_points=100)
     recorded = per_event(analysis.replays[0].series)
     s = r.series
-    assert s["reserved_min"][0] <= recorded["reserved"][0] <= s["reserved_max"][0]
-    assert s["fragmentation_min"][0] <= recorded["fragmentation"][0] <= s["fragmentation_max"][0]
+    assert s.mins["reserved"][0] <= recorded["reserved"][0] <= s.maxs["reserved"][0]
+    assert s.mins["fragmentation"][0] <= recorded["fragmentation"][0] <= s.maxs["fragmentation"][0]
 
 
 # -- the app's job runner --------------------------------------------------------------------------------------
