@@ -11,11 +11,11 @@ from fragviz.base.settings import db_path
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from fragviz.doctor.report import report_dict, report_text
+    from fragviz.doctor.report import report_of, report_text
 
     analysis = analysis_for(args.target, args.db)
     if args.json:
-        print(json.dumps(report_dict(analysis, args.at, args.device)))
+        print(json.dumps(report_of(analysis, args.at, args.device).as_dict()))
     else:
         print(report_text(analysis, args.at, args.device))
     return 0

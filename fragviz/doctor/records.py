@@ -1,5 +1,6 @@
 """The doctor's results as records: one `Diagnosis` per OOM, with the what-ifs of the settings its advice
-suggests (`WhatIfEntry`). `as_dict()` gives the `fragviz doctor --json` objects."""
+suggests (`WhatIfEntry`), and the `Report` of a snapshot (a `DeviceReport` per device). `as_dict()` gives the
+`fragviz doctor --json` and `fragviz report --json` objects."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,6 +8,9 @@ from typing import Any
 
 from fragviz.base.transition import KeyedForTransition
 from fragviz.doctor.message import ProcessUse
+from fragviz.model import FormatInfo
+from fragviz.model.metrics import PoolFigures
+from fragviz.replay.analysis import PeakFigures
 from fragviz.simulate.records import CANNOT_ANSWER
 
 # The keys of one OOM in `fragviz doctor --json` (Diagnosis.as_dict), in their order.
@@ -102,3 +106,79 @@ class Diagnosis(KeyedForTransition):
                 "processes": [p.as_dict() for p in self.processes], "advice": list(self.advice),
                 "what_if": [w.as_dict() for w in self.what_if], "warnings": list(self.warnings),
                 "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class DeviceReport(KeyedForTransition):
+    """One device's figures in the report: its state (final, or after the events asked for), the trace's peaks,
+    its pools, pending frees and memory by kind. `trace_actions` counts the trace's entries by action; `kinds`
+    and `kinds_at_peak` give bytes by kind of allocation, `kind_notes` what a kind's figure rests on."""
+
+    device: int
+    reserved_bytes: int
+    allocated_bytes: int
+    requested_bytes: int
+    free_bytes: int
+    free_blocks: int
+    largest_free_block: int
+    non_releasable_bytes: int
+    fragmentation: float
+    free_scatter: float
+    at_peak: PeakFigures | None  # the first state of most reserved bytes, where the replay has a series
+    segments: int
+    blocks: int
+    allocations: int
+    trace_events: int
+    trace_actions: dict[str, int]
+    start_requested_bytes: int
+    peak_requested_bytes: int
+    start_reserved_bytes: int
+    peak_reserved_bytes: int
+    pools: tuple[PoolFigures, ...]
+    pending_free_bytes: int
+    pending_free_blocks: int
+    kinds: dict[str, int]
+    kinds_at_peak: dict[str, int]
+    kind_notes: dict[str, str]
+    peak_requested_state: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The device's object in `fragviz report --json`."""
+        return {
+            "device": self.device, "reserved_bytes": self.reserved_bytes, "allocated_bytes": self.allocated_bytes,
+            "requested_bytes": self.requested_bytes, "free_bytes": self.free_bytes, "free_blocks": self.free_blocks,
+            "largest_free_block": self.largest_free_block, "non_releasable_bytes": self.non_releasable_bytes,
+            "fragmentation": self.fragmentation, "free_scatter": self.free_scatter,
+            "at_peak": self.at_peak.as_dict() if self.at_peak else None,
+            "segments": self.segments, "blocks": self.blocks, "allocations": self.allocations,
+            "trace_events": self.trace_events, "trace_actions": self.trace_actions,
+            "start_requested_bytes": self.start_requested_bytes, "peak_requested_bytes": self.peak_requested_bytes,
+            "start_reserved_bytes": self.start_reserved_bytes, "peak_reserved_bytes": self.peak_reserved_bytes,
+            "pools": [pool_dict(p) for p in self.pools],
+            "pending_free_bytes": self.pending_free_bytes, "pending_free_blocks": self.pending_free_blocks,
+            "kinds": self.kinds, "kinds_at_peak": self.kinds_at_peak, "kind_notes": self.kind_notes,
+            "peak_requested_state": self.peak_requested_state,
+        }
+
+
+def pool_dict(p: PoolFigures) -> dict[str, Any]:
+    """A pool's object in `fragviz report --json`."""
+    return {"pool": list(p.pool), "reserved_bytes": p.reserved_bytes, "allocated_bytes": p.allocated_bytes,
+            "free_bytes": p.free_bytes, "largest_free_block": p.largest_free_block,
+            "non_releasable_bytes": p.non_releasable_bytes, "fragmentation": p.fragmentation,
+            "free_scatter": p.free_scatter}
+
+
+@dataclass(frozen=True)
+class Report(KeyedForTransition):
+    """The report of a snapshot: where it came from, its format, what limits it, and its devices."""
+
+    source: str
+    format: FormatInfo
+    warnings: tuple[str, ...]
+    devices: tuple[DeviceReport, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `fragviz report --json` object (and the HTTP API's report)."""
+        return {"source": self.source, "format": self.format.as_dict(), "warnings": list(self.warnings),
+                "devices": [d.as_dict() for d in self.devices]}

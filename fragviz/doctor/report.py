@@ -1,12 +1,12 @@
-"""The report: per-device figures as the `fragviz report --json` object, and a short human summary."""
+"""The report: per-device figures (a Report record, the `fragviz report --json` object), and a short human
+summary."""
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
 from fragviz.replay.analysis import Analysis, reserved_peak, trace_totals
 from fragviz.base.errors import UsageError
+from fragviz.doctor.records import DeviceReport, Report
 from fragviz.model.metrics import PendingFrees, PoolFigures, StateFigures, pending_frees, pool_figures, state_figures
 from fragviz.model import Segment, Snapshot
 from fragviz.replay import EXACT_FIGURES, SIZES_NOTE
@@ -16,15 +16,12 @@ from fragviz.usage.sites import top_sites
 from fragviz.usage.stackless import device_kinds
 
 
-def report_dict(analysis: Analysis, at: int | None = None, device: int | None = None) -> dict[str, Any]:
-    """The report object; with `at`, state figures are those after the first `at` events of each device."""
+def report_of(analysis: Analysis, at: int | None = None, device: int | None = None) -> Report:
+    """The report of every device (or of `device`); with `at`, state figures are those after the first `at` events
+    of each device."""
     snap = analysis.snapshot
-    return {
-        "source": snap.source,
-        "format": snap.format.as_dict(),
-        "warnings": list(analysis.warnings),
-        "devices": [device_report(analysis, d, at) for d in selected_devices(snap, device)],
-    }
+    return Report(snap.source, snap.format, tuple(analysis.warnings),
+                  tuple(device_report(analysis, d, at) for d in selected_devices(snap, device)))
 
 
 def selected_devices(snapshot: Snapshot, device: int | None) -> list[int]:
@@ -51,7 +48,7 @@ def state_at(analysis: Analysis, device: int, at: int | None) -> tuple[list[Segm
     return segments, state_figures(segments)
 
 
-def device_report(analysis: Analysis, device: int, at: int | None) -> dict[str, Any]:
+def device_report(analysis: Analysis, device: int, at: int | None) -> DeviceReport:
     snap = analysis.snapshot
     trace = snap.trace_of(device)
     segments, fig = state_at(analysis, device, at)
@@ -61,22 +58,18 @@ def device_report(analysis: Analysis, device: int, at: int | None) -> dict[str, 
     peak = peak_requested_state(analysis, device)
     peak_figures = reserved_peak(analysis, device) if len(trace) else None
     kinds_now, kinds_peak = kind_totals(segments, kinds), kind_totals(state_at(analysis, device, peak)[0], kinds)
-    return {
-        "device": device,
-        "reserved_bytes": fig.reserved_bytes, "allocated_bytes": fig.allocated_bytes,
-        "requested_bytes": fig.requested_bytes, "free_bytes": fig.free_bytes, "free_blocks": fig.free_blocks,
-        "largest_free_block": fig.largest_free_block, "non_releasable_bytes": fig.non_releasable_bytes,
-        "fragmentation": fig.fragmentation, "free_scatter": fig.free_scatter,
-        "at_peak": peak_figures.as_dict() if peak_figures else None,
-        "segments": fig.segments, "blocks": fig.blocks, "allocations": fig.allocations,
-        "trace_events": len(trace), "trace_actions": trace.action_counts(),
-        "start_requested_bytes": totals.start_requested, "peak_requested_bytes": totals.peak_requested,
-        "start_reserved_bytes": totals.start_reserved, "peak_reserved_bytes": totals.peak_reserved,
-        "pools": [pool_dict(p) for p in pool_figures(segments)],
-        "pending_free_bytes": pending.bytes, "pending_free_blocks": pending.blocks,
-        "kinds": kinds_now, "kinds_at_peak": kinds_peak, "kind_notes": stackless.notes(kinds_now, kinds_peak),
-        "peak_requested_state": peak,
-    }
+    return DeviceReport(
+        device=device, reserved_bytes=fig.reserved_bytes, allocated_bytes=fig.allocated_bytes,
+        requested_bytes=fig.requested_bytes, free_bytes=fig.free_bytes, free_blocks=fig.free_blocks,
+        largest_free_block=fig.largest_free_block, non_releasable_bytes=fig.non_releasable_bytes,
+        fragmentation=fig.fragmentation, free_scatter=fig.free_scatter, at_peak=peak_figures,
+        segments=fig.segments, blocks=fig.blocks, allocations=fig.allocations,
+        trace_events=len(trace), trace_actions=trace.action_counts(),
+        start_requested_bytes=totals.start_requested, peak_requested_bytes=totals.peak_requested,
+        start_reserved_bytes=totals.start_reserved, peak_reserved_bytes=totals.peak_reserved,
+        pools=tuple(pool_figures(segments)), pending_free_bytes=pending.bytes, pending_free_blocks=pending.blocks,
+        kinds=kinds_now, kinds_at_peak=kinds_peak, kind_notes=stackless.notes(kinds_now, kinds_peak),
+        peak_requested_state=peak)
 
 
 def peak_requested_state(analysis: Analysis, device: int) -> int:
@@ -85,13 +78,6 @@ def peak_requested_state(analysis: Analysis, device: int) -> int:
     if n == 0:
         return 0
     return int(np.argmax(analysis.replays[device].series["requested"]))
-
-
-def pool_dict(p: PoolFigures) -> dict[str, Any]:
-    return {"pool": list(p.pool), "reserved_bytes": p.reserved_bytes, "allocated_bytes": p.allocated_bytes,
-            "free_bytes": p.free_bytes, "largest_free_block": p.largest_free_block,
-            "non_releasable_bytes": p.non_releasable_bytes, "fragmentation": p.fragmentation,
-            "free_scatter": p.free_scatter}
 
 
 def _private_largest(fig: StateFigures, pools: list[PoolFigures]) -> list[str]:

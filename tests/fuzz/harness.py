@@ -221,7 +221,7 @@ class _Checker:
         from fragviz.replay.analysis import analyze
         from fragviz.doctor import diagnose
         from fragviz.base.errors import FragvizError
-        from fragviz.doctor.report import report_dict, report_text
+        from fragviz.doctor.report import report_of, report_text
         from fragviz.snapshot import load_snapshot_bytes
 
         self.load_error = ""
@@ -229,7 +229,7 @@ class _Checker:
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("load", lambda: state.__setitem__("snap", load_snapshot_bytes(data, name))),
             ("analyze", lambda: state.__setitem__("an", analyze(state["snap"]))),
-            ("report", lambda: json.dumps(report_dict(state["an"]))),
+            ("report", lambda: json.dumps(report_of(state["an"]).as_dict())),
             ("report", lambda: report_text(state["an"]).encode("utf-8")),  # what `fragviz report` prints
             ("doctor", lambda: json.dumps({"ooms": [o.as_dict() for o in diagnose(state["an"])]})),
         ]

@@ -12,7 +12,7 @@ import pytest
 
 from fragviz.replay.analysis import analyze
 from fragviz.doctor import PUBLIC_KEYS, diagnose
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.snapshot import load_snapshot
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
@@ -48,10 +48,10 @@ def test_simulated_capture_records_storages_with_their_stacks(tmp_path):
     analysis = analyze(load_snapshot(out))
     assert analysis.snapshot.provenance["origin"] == "simulated"
     assert any("simulated by fragviz" in w for w in analysis.warnings)
-    d = report_dict(analysis)["devices"][0]
+    d = report_of(analysis).devices[0]
     # a: 1000 B -> a 2 MiB small segment, freed; b: 3 MiB -> a 20 MiB large segment, split, still live
-    assert (d["reserved_bytes"], d["allocated_bytes"], d["requested_bytes"]) == (22 * MiB, 3 * MiB, 3 * MiB)
-    assert d["trace_actions"] == {"segment_alloc": 2, "alloc": 2, "free_requested": 1, "free_completed": 1}
+    assert (d.reserved_bytes, d.allocated_bytes, d.requested_bytes) == (22 * MiB, 3 * MiB, 3 * MiB)
+    assert d.trace_actions == {"segment_alloc": 2, "alloc": 2, "free_requested": 1, "free_completed": 1}
     (seg,) = [s for s in analysis.snapshot.segments if s.pool == "large"]
     frames = analysis.snapshot.stack_frames(seg.blocks[0].stack)  # innermost first; torch's own frames too
     user = next(f for f in frames if f.filename.endswith("work.py"))
@@ -105,7 +105,7 @@ def test_a_snapshot_and_its_message_together():
     analysis = analyze(load_snapshot(path))
     (oom,) = diagnose(analysis, message, simulate=False)
     assert oom.verdict == "fragmentation"
-    assert oom.largest_free_block == report_dict(analysis)["devices"][0]["largest_free_block"]
+    assert oom.largest_free_block == report_of(analysis).devices[0].largest_free_block
 
 
 def test_capture_as_a_context_manager(tmp_path):
@@ -117,6 +117,6 @@ def test_capture_as_a_context_manager(tmp_path):
         x = torch.ones(1024, 1024)  # 4 MiB
         y = x * 2
         del x
-    d = report_dict(analyze(load_snapshot(path)))["devices"][0]
-    assert d["allocated_bytes"] == 4 * MiB and d["trace_actions"]["alloc"] == 2
+    d = report_of(analyze(load_snapshot(path))).devices[0]
+    assert d.allocated_bytes == 4 * MiB and d.trace_actions["alloc"] == 2
     assert y.shape == (1024, 1024)

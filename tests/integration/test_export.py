@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from fragviz.replay.analysis import analyze
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.snapshot import load_snapshot
 from fragviz.usage.kinds import KINDS
 from tests.support.helpers import REAL
@@ -71,7 +71,7 @@ def truth():
     def of(path: str):
         if path not in cache:
             analysis = analyze(load_snapshot(path))
-            cache[path] = (report_dict(analysis), analysis)
+            cache[path] = (report_of(analysis), analysis)
         return cache[path]
     return of
 
@@ -123,24 +123,24 @@ def test_series_has_every_state_and_agrees_with_the_report_and_the_replay(export
     series, _, file = exported(path, "series")
     report, analysis = truth(path)
     per_device = dict(duckdb.sql(f"SELECT device, count(*) FROM '{file}' GROUP BY device").fetchall())
-    assert per_device == {d["device"]: d["trace_events"] + 1 for d in report["devices"]}
-    for d in report["devices"]:
-        rows = series[series.device == d["device"]]
-        replayed = analysis.replays[d["device"]].series
-        assert rows.event.tolist() == list(range(d["trace_events"] + 1))
+    assert per_device == {d.device: d.trace_events + 1 for d in report.devices}
+    for d in report.devices:
+        rows = series[series.device == d.device]
+        replayed = analysis.replays[d.device].series
+        assert rows.event.tolist() == list(range(d.trace_events + 1))
         assert rows.reserved_bytes.tolist() == replayed["reserved"].tolist()
         assert rows.allocated_bytes.tolist() == replayed["allocated"].tolist()
-        peak = one(f"SELECT max(reserved_bytes) FROM '{file}' WHERE device = {d['device']}")
+        peak = one(f"SELECT max(reserved_bytes) FROM '{file}' WHERE device = {d.device}")
         assert peak == int(replayed["reserved"].max())
-        if not any(f"device {d['device']}: the trace releases" in w for w in report["warnings"]):
-            assert peak == d["peak_reserved_bytes"]  # the trace window covers the peak
-        assert int(rows.allocated_bytes.iloc[-1]) == d["allocated_bytes"]
-        assert int(rows.reserved_bytes.iloc[-1]) == d["reserved_bytes"]
+        if not any(f"device {d.device}: the trace releases" in w for w in report.warnings):
+            assert peak == d.peak_reserved_bytes  # the trace window covers the peak
+        assert int(rows.allocated_bytes.iloc[-1]) == d.allocated_bytes
+        assert int(rows.reserved_bytes.iloc[-1]) == d.reserved_bytes
         assert rows.free_bytes.tolist() == (rows.reserved_bytes - rows.allocated_bytes).tolist()
         assert ((rows.fragmentation >= 0) & (rows.fragmentation <= 1)).all()
         assert (rows.largest_free_block <= rows.free_bytes.clip(lower=0)).all()
         assert rows.non_releasable_bytes.tolist() == replayed["non_releasable"].tolist()
-        assert int(rows.non_releasable_bytes.iloc[-1]) == d["non_releasable_bytes"]
+        assert int(rows.non_releasable_bytes.iloc[-1]) == d.non_releasable_bytes
         reserved = rows.reserved_bytes.where(rows.reserved_bytes > 0)
         expected = (rows.non_releasable_bytes / reserved).fillna(0.0)
         assert np.allclose(rows.fragmentation, expected, rtol=0, atol=1e-12)
@@ -164,8 +164,8 @@ def test_allocations_are_the_allocs_of_the_trace(exported, truth, path):
     allocations, _, file = exported(path, "allocations")
     report, analysis = truth(path)
     counts = dict(duckdb.sql(f"SELECT device, count(*) FROM '{file}' GROUP BY device").fetchall())
-    assert counts == {d["device"]: d["trace_actions"].get("alloc", 0) for d in report["devices"]
-                      if d["trace_actions"].get("alloc", 0)}
+    assert counts == {d.device: d.trace_actions.get("alloc", 0) for d in report.devices
+                      if d.trace_actions.get("alloc", 0)}
     for device, replay in analysis.replays.items():
         rows = allocations[allocations.device == device]
         lt = replay.lifetimes()
@@ -186,15 +186,15 @@ def test_allocations_are_the_allocs_of_the_trace(exported, truth, path):
 def test_segments_of_the_final_state_add_up_to_the_report(exported, truth, path):
     segments, _, file = exported(path, "segments")
     report, _ = truth(path)
-    for d in report["devices"]:
-        where = f"WHERE device = {d['device']}"
+    for d in report.devices:
+        where = f"WHERE device = {d.device}"
         reserved = one(f"SELECT coalesce(sum(segment_size), 0) FROM (SELECT DISTINCT segment_address, "
                        f"segment_size FROM '{file}' {where})")
-        assert reserved == d["reserved_bytes"]
-        assert one(f"SELECT count(*) FROM '{file}' {where}") == d["blocks"]
-        rows = segments[segments.device == d["device"]]
-        assert int(rows.block_size[rows.state != "inactive"].sum()) == d["allocated_bytes"]
-        assert rows.segment_address.nunique() == d["segments"]
+        assert reserved == d.reserved_bytes
+        assert one(f"SELECT count(*) FROM '{file}' {where}") == d.blocks
+        rows = segments[segments.device == d.device]
+        assert int(rows.block_size[rows.state != "inactive"].sum()) == d.allocated_bytes
+        assert rows.segment_address.nunique() == d.segments
 
 
 @pytest.mark.parametrize("path", [SAMPLES[0], REAL_FILES[0]], ids=os.path.basename)

@@ -10,7 +10,7 @@ import pytest
 
 from fragviz.replay.analysis import analyze
 from fragviz.model.metrics import state_figures
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.loader import read_raw
 from tests.support.helpers import REAL
@@ -46,12 +46,12 @@ def independent_non_releasable(raw: dict | list) -> dict[int, tuple[int, int]]:
 def test_final_figure_matches_an_independent_computation(name):
     path = os.path.join(REAL, name)
     expected = independent_non_releasable(read_raw(path).data)
-    report = report_dict(analyze(load_snapshot(path)))
-    got = {d["device"]: d for d in report["devices"]}
+    report = report_of(analyze(load_snapshot(path)))
+    got = {d.device: d for d in report.devices}
     for device, (stuck, reserved) in expected.items():
-        assert got[device]["non_releasable_bytes"] == stuck, (name, device)
-        assert got[device]["reserved_bytes"] == reserved
-        assert got[device]["fragmentation"] == pytest.approx(stuck / reserved if reserved else 0.0)
+        assert got[device].non_releasable_bytes == stuck, (name, device)
+        assert got[device].reserved_bytes == reserved
+        assert got[device].fragmentation == pytest.approx(stuck / reserved if reserved else 0.0)
 
 
 @pytest.mark.parametrize("name", REAL_FILES)
@@ -68,15 +68,15 @@ def test_the_series_is_the_state_figure_at_every_checked_state(name):
         for k in sorted({0, n, peak, *np.linspace(0, n, 7).astype(int)}):
             fig = state_figures(replay.segments_at(k))
             assert series["non_releasable"][k] == fig.non_releasable_bytes, (name, device, k)
-        at_peak = report_dict(analysis, device=device)["devices"][0]["at_peak"]
-        assert at_peak["state"] == peak
-        assert at_peak["non_releasable_bytes"] == state_figures(replay.segments_at(peak)).non_releasable_bytes
+        at_peak = report_of(analysis, device=device).devices[0].at_peak
+        assert at_peak.state == peak
+        assert at_peak.non_releasable_bytes == state_figures(replay.segments_at(peak)).non_releasable_bytes
 
 
 @pytest.mark.parametrize("name", ["hanmin_train_19k.pickle", "cs336kk_ctx128_fullstep.pickle"])
 def test_a_healthy_real_training_run_reads_low(name):
     """Two real training steps that ran to their end: a few percent of reserved memory is non-releasable, at the
     end and at the reserved peak, while the old headline (free scatter) read 98-99 % on them."""
-    (device,) = report_dict(analyze(load_snapshot(os.path.join(REAL, name))))["devices"]
-    assert device["fragmentation"] < 0.05 and device["at_peak"]["fragmentation"] < 0.05
-    assert device["free_scatter"] > 0.95
+    (device,) = report_of(analyze(load_snapshot(os.path.join(REAL, name)))).devices
+    assert device.fragmentation < 0.05 and device.at_peak.fragmentation < 0.05
+    assert device.free_scatter > 0.95

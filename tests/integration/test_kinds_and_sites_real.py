@@ -11,7 +11,8 @@ import pytest
 from fragviz.replay.analysis import analyze
 from fragviz.library.ingest import ingest_file
 from fragviz.library import Library
-from fragviz.doctor.report import report_dict, report_text
+from fragviz.doctor.records import DeviceReport
+from fragviz.doctor.report import report_of, report_text
 from fragviz.snapshot import load_snapshot
 from fragviz.snapshot.frames import is_allocator_frame
 from fragviz.store.engine import open_store
@@ -52,9 +53,9 @@ def allocator_labels(snap) -> set[str]:
     return {f"{f.filename}:{f.line} {f.name}" for f in snap.frames if is_allocator_frame(f)}
 
 
-def device_report(name: str, device: int = 0) -> dict:
-    return next(d for d in report_dict(analyze(load_snapshot(os.path.join(REAL, name))))["devices"]
-                if d["device"] == device)
+def device_report(name: str, device: int = 0) -> DeviceReport:
+    return next(d for d in report_of(analyze(load_snapshot(os.path.join(REAL, name)))).devices
+                if d.device == device)
 
 
 @pytest.mark.parametrize("name", TRAINING)
@@ -62,18 +63,18 @@ def test_a_real_training_steps_memory_without_stacks_is_parameters_inferred(name
     d = device_report(name)
     expected = stackless_from_before_the_trace(name)
     assert expected > 2**30
-    assert d["kinds"]["parameters_inferred"] == expected and d["kinds_at_peak"]["parameters_inferred"] == expected
-    assert d["kinds"]["no_stack"] == 0 and d["kinds"]["gradients"] > 0 and d["kinds"]["optimizer_state"] > 0
-    assert d["kind_notes"] == {"parameters_inferred": INFERRED_TEXT}
+    assert d.kinds["parameters_inferred"] == expected and d.kinds_at_peak["parameters_inferred"] == expected
+    assert d.kinds["no_stack"] == 0 and d.kinds["gradients"] > 0 and d.kinds["optimizer_state"] > 0
+    assert d.kind_notes == {"parameters_inferred": INFERRED_TEXT}
 
 
 @pytest.mark.parametrize("name", NOT_TRAINING)
 def test_without_a_training_step_it_is_no_stack_recorded_from_before_the_recording(name):
     d = device_report(name)
     expected = stackless_from_before_the_trace(name)
-    assert d["kinds"]["no_stack"] == expected and d["kinds_at_peak"]["no_stack"] == expected
-    assert d["kinds"]["parameters_inferred"] == 0 and d["kinds_at_peak"]["optimizer_state"] == 0
-    assert d["kind_notes"] == {"no_stack": REASON_TEXT[BEFORE_RECORDING]}
+    assert d.kinds["no_stack"] == expected and d.kinds_at_peak["no_stack"] == expected
+    assert d.kinds["parameters_inferred"] == 0 and d.kinds_at_peak["optimizer_state"] == 0
+    assert d.kind_notes == {"no_stack": REASON_TEXT[BEFORE_RECORDING]}
 
 
 def test_a_real_snapshot_without_any_stack_says_it_was_recorded_without_them():
@@ -81,10 +82,10 @@ def test_a_real_snapshot_without_any_stack_says_it_was_recorded_without_them():
     live = [b for s in data["segments"] for b in s["blocks"] if b["state"] != "inactive"]
     assert not any(b.get("frames") for b in live) and not any(s.get("frames") for s in data["segments"])
     d = device_report("selectn_dev1_notrace.pickle", device=1)
-    assert d["kinds"]["no_stack"] == sum(b["size"] for b in live) and d["kinds"]["other"] == 0
-    assert d["kind_notes"] == {"no_stack": REASON_TEXT[NO_STACKS]}
+    assert d.kinds["no_stack"] == sum(b["size"] for b in live) and d.kinds["other"] == 0
+    assert d.kind_notes == {"no_stack": REASON_TEXT[NO_STACKS]}
     # blocks without frames beside segments with them: allocated while no stacks were recorded
-    assert device_report("cs336kk_notrace_75gb.pickle")["kind_notes"] == {"no_stack": REASON_TEXT[BEFORE_RECORDING]}
+    assert device_report("cs336kk_notrace_75gb.pickle").kind_notes == {"no_stack": REASON_TEXT[BEFORE_RECORDING]}
 
 
 @pytest.mark.parametrize("name", FILES)

@@ -30,7 +30,8 @@ from fragviz.replay.analysis import analyze
 from fragviz.doctor import diagnose
 from fragviz.base.errors import StoreError
 from fragviz.live.protocol import STATS_DEVICE_KEYS
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.records import Report
+from fragviz.doctor.report import report_of as report_of_analysis
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes
 from fragviz.library import Library
 from fragviz.store.engine import open_store
@@ -207,8 +208,8 @@ def sample_pids(db: str) -> set[int]:
     return {r[0] for r in query(db, "SELECT DISTINCT pid FROM live_samples")}
 
 
-def report_of(blob: bytes, name: str = "live") -> dict[str, Any]:
-    return report_dict(analyze(load_snapshot_bytes(blob, name)))
+def report_of(blob: bytes, name: str = "live") -> Report:
+    return report_of_analysis(analyze(load_snapshot_bytes(blob, name)))
 
 
 # -- jobs of their own (first, while the shared jobs are not running yet) ----------------------------------
@@ -331,7 +332,7 @@ def test_an_oom_that_kills_the_job_arrives_in_the_store(tmp_path):
         row = {r.id: r for r in reader.list_snapshots()}[sid]
         assert f"pid {job.pid} oom" in row.name
         analysis = reader.load_analysis(sid)
-        assert report_dict(analysis)["devices"][0]["trace_actions"]["oom"] == 1
+        assert report_of_analysis(analysis).devices[0].trace_actions["oom"] == 1
         (diag,) = diagnose(analysis, simulate=False)
         assert diag.verdict in VERDICTS and diag.requested_bytes == 512 * MiB
         assert diag.verdict == "exhaustion"  # 512 MiB asked of a 256 MiB device
@@ -410,8 +411,8 @@ def test_a_version_1_store_is_migrated_and_keeps_its_snapshot(tmp_path):
     open_store(copy).close()  # opening a migrated store again changes nothing
     out = cli("report", "1", "--db", copy, "--json")
     assert out.returncode == 0, out.stderr
-    expected = report_dict(analyze(load_snapshot(SMALL, name="cs336silmont_small.pickle")))
-    assert json.loads(out.stdout) == json.loads(json.dumps(expected))
+    expected = report_of_analysis(analyze(load_snapshot(SMALL, name="cs336silmont_small.pickle")))
+    assert json.loads(out.stdout) == json.loads(json.dumps(expected.as_dict()))
     reader = Library.open(copy)
     try:
         assert reader.live.attachments() == []
@@ -526,13 +527,13 @@ def test_a_static_job_agrees_with_its_own_snapshot_and_with_what_it_holds(jobs):
     status, blob, headers = hold.get("/v1/snapshot?trace=0")
     assert status == 200 and headers["Content-Type"] == "application/octet-stream"
     report = report_of(blob)
-    (dev,) = report["devices"]
-    assert dev["device"] == 0
-    assert (dev["reserved_bytes"], dev["allocated_bytes"], dev["largest_free_block"]) == \
+    (dev,) = report.devices
+    assert dev.device == 0
+    assert (dev.reserved_bytes, dev.allocated_bytes, dev.largest_free_block) == \
         (d["reserved_bytes"], d["allocated_bytes"], d["largest_free_block"])
-    assert dev["requested_bytes"] == d["requested_bytes"]
-    assert dev["trace_events"] == 0  # trace=0: the state without its history
-    assert any("simulated" in w for w in report["warnings"])
+    assert dev.requested_bytes == d["requested_bytes"]
+    assert dev.trace_events == 0  # trace=0: the state without its history
+    assert any("simulated" in w for w in report.warnings)
     # a static job: the figures do not move between requests
     again = hold.stats()["devices"][0]
     assert {k: again[k] for k in STATS_DEVICE_KEYS} == {k: d[k] for k in STATS_DEVICE_KEYS}
@@ -584,7 +585,7 @@ def test_oom_endpoint_is_404_before_an_oom_and_the_oom_snapshot_after(jobs, tmp_
     raw = pickle.loads(blob)  # our own job's snapshot, in PyTorch's format
     ooms = [e for e in raw["device_traces"][0] if e["action"] == "oom"]
     assert len(ooms) == 1 and ooms[0]["size"] == 512 * MiB
-    assert report_of(blob)["devices"][0]["trace_actions"]["oom"] == 1
+    assert report_of(blob).devices[0].trace_actions["oom"] == 1
     path = tmp_path / "oom.pickle"
     path.write_bytes(blob)
     doc = cli("doctor", str(path), "--json")
@@ -716,9 +717,9 @@ def test_attach_records_samples_and_periodic_snapshots(jobs, tmp_path):
         for ev in snap_events:
             assert ev.snapshot_id in listed
             assert f"pid {loop.pid}" in listed[ev.snapshot_id].name
-            rep = report_dict(reader.load_analysis(ev.snapshot_id))
-            assert rep["devices"][0]["trace_events"] > 0
-            assert any("simulated" in w for w in rep["warnings"])
+            rep = report_of_analysis(reader.load_analysis(ev.snapshot_id))
+            assert rep.devices[0].trace_events > 0
+            assert any("simulated" in w for w in rep.warnings)
         t, segments = reader.live.latest_state(att.id, 0)
         assert segments and all(seg.blocks for seg in segments) and t <= time.time()
     finally:

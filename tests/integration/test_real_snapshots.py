@@ -11,7 +11,7 @@ import pytest
 from fragviz.replay.analysis import analyze
 from fragviz.base.errors import SnapshotFormatError
 from fragviz.model.metrics import state_figures
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.snapshot import load_snapshot
 from tests.support.helpers import REAL
 
@@ -58,16 +58,16 @@ def test_matches_the_independent_inspection(analyses, name):
 
 @pytest.mark.parametrize("name", FILES)
 def test_report_figures_add_up(analyses, name):
-    r = report_dict(analyses[name])
+    r = report_of(analyses[name])
     want = INSPECTION[name]
-    assert sum(d["reserved_bytes"] for d in r["devices"]) == want["total_reserved"]
-    for d in r["devices"]:
-        assert d["reserved_bytes"] >= d["allocated_bytes"] >= 0
-        assert d["free_bytes"] + d["allocated_bytes"] == d["reserved_bytes"]
-        assert 0.0 <= d["fragmentation"] <= 1.0
-        assert d["peak_requested_bytes"] >= max(d["start_requested_bytes"], d["requested_bytes"])
-        assert d["peak_reserved_bytes"] >= max(d["start_reserved_bytes"], d["reserved_bytes"])
-    json.dumps(r)
+    assert sum(d.reserved_bytes for d in r.devices) == want["total_reserved"]
+    for d in r.devices:
+        assert d.reserved_bytes >= d.allocated_bytes >= 0
+        assert d.free_bytes + d.allocated_bytes == d.reserved_bytes
+        assert 0.0 <= d.fragmentation <= 1.0
+        assert d.peak_requested_bytes >= max(d.start_requested_bytes, d.requested_bytes)
+        assert d.peak_reserved_bytes >= max(d.start_reserved_bytes, d.reserved_bytes)
+    json.dumps(r.as_dict())
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -116,8 +116,8 @@ def test_the_trimmed_nightly_file_says_what_is_wrong(analyses):
     assert "neither freed later nor in the final segments" in warnings
     assert "does not reproduce the final segments" in warnings
     assert "start_requested_bytes is reported as 0" in warnings
-    d = report_dict(analyses["nuggets_nightly_mini"])["devices"][0]
-    assert d["start_requested_bytes"] == 0
+    d = report_of(analyses["nuggets_nightly_mini"]).devices[0]
+    assert d.start_requested_bytes == 0
 
 
 def test_capture_health(analyses):
@@ -143,8 +143,8 @@ def test_a_trace_without_segment_allocs_starts_from_inherited_segments(analyses)
 
 
 def test_an_empty_snapshot_says_it_is_empty(analyses):
-    r = report_dict(analyses["hitsbe_empty"])
-    assert r["devices"] == []
+    r = report_of(analyses["hitsbe_empty"])
+    assert r.devices == ()
     assert any("the snapshot is empty" in w for w in analyses["hitsbe_empty"].warnings)
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from fragviz.replay.analysis import analyze, trace_totals
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.simulate import follow, run_free, simulated_snapshot, what_if
 from fragviz.simulate.records import DeviceMemory
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes
@@ -66,7 +66,7 @@ def test_free_run_from_an_empty_device(analyses):
     analysis = analyses["cs336silmont_small"]
     assert analysis.replays[0].pre_trace_blocks == 0 and analysis.replays[0].pre_trace_segments == 0
     (d,) = what_if(analysis, "expandable_segments:True").devices
-    assert d.recorded.peak_reserved_bytes == report_dict(analysis)["devices"][0]["peak_reserved_bytes"]
+    assert d.recorded.peak_reserved_bytes == report_of(analysis).devices[0].peak_reserved_bytes
     assert d.given.settings.expandable_segments is True and d.recorded.settings.expandable_segments is False
 
 
@@ -95,9 +95,9 @@ def test_a_simulated_snapshot_is_a_snapshot(analyses):
     sim = analyze(load_snapshot_bytes(pickle.dumps(data), "sim.pickle"))
     assert any("simulated by fragviz" in w for w in sim.warnings)
     (run,) = what_if(analysis, "expandable_segments:True").devices
-    d = report_dict(sim)["devices"][0]
-    assert d["peak_reserved_bytes"] == run.given.peak_reserved_bytes
-    assert "segment_map" in d["trace_actions"] and d["trace_actions"]["alloc"] == 3505
+    d = report_of(sim).devices[0]
+    assert d.peak_reserved_bytes == run.given.peak_reserved_bytes
+    assert "segment_map" in d.trace_actions and d.trace_actions["alloc"] == 3505
     assert [w for w in sim.warnings if "first at event" in w or "replaying" in w] == []
 
 

@@ -16,7 +16,7 @@ import pytest
 from fragviz.replay.analysis import analyze
 from fragviz.base.errors import StoreError
 from fragviz.library.ingest import ingest_bytes, ingest_file
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.library.summaries import summary_of
 from fragviz.snapshot import load_snapshot
 from fragviz.store import writer
@@ -58,12 +58,12 @@ def test_report_from_the_store_equals_report_of_the_file(real_store, path):
     db, ids = real_store
     from_file = analyze(load_snapshot(path))
     from_store = Library.open(db).load_analysis(ids[path])
-    assert report_dict(from_store) == report_dict(from_file)
+    assert report_of(from_store) == report_of(from_file)
     n = max((len(t) for t in from_file.snapshot.traces.values()), default=0)
     for k in sorted({0, n // 3, n // 2, n}):
         devices = [d for d in from_file.snapshot.devices() if len(from_file.snapshot.trace_of(d)) >= k]
         for d in devices:
-            assert report_dict(from_store, at=k, device=d) == report_dict(from_file, at=k, device=d)
+            assert report_of(from_store, at=k, device=d) == report_of(from_file, at=k, device=d)
 
 
 def test_reingest_is_a_no_op_that_says_so(real_store):

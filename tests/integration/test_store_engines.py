@@ -19,7 +19,7 @@ from tests.support.pg import ENGINES, drop_store_target, new_store_target
 from fragviz.base.errors import StoreError
 from fragviz.library.ingest import ingest_file
 from fragviz.library import Library
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.store import writer
 from fragviz.store.engine import open_store, redacted
 from fragviz.store.records import SUMMARY_VERSION, Summary
@@ -67,7 +67,7 @@ def test_the_same_figures_come_out_of_sqlite_and_postgresql(both, path):
     a, b = sids["sqlite"], sids["postgresql"]
     try:
         assert lite.snapshot_row(a).summary == pg.snapshot_row(b).summary
-        assert report_dict(lite.load_analysis(a)) == report_dict(pg.load_analysis(b))
+        assert report_of(lite.load_analysis(a)) == report_of(pg.load_analysis(b))
         assert lite.stacks(a) == pg.stacks(b)
         for device in lite.snapshot_row(a).devices:
             n = lite.trace_length(a, device)
@@ -103,7 +103,7 @@ def test_the_stored_summary_agrees_with_the_report_of_the_file(both):
             summary = library.snapshot_row(sid).summary
             report = json.loads(subprocess.run([*FRAGVIZ, "report", path, "--json"], capture_output=True,
                                                text=True, check=True).stdout) if path == FILES[0] else \
-                report_dict(library.load_analysis(sid))
+                report_of(library.load_analysis(sid)).as_dict()
             for device, d in zip(summary.devices, report["devices"]):
                 assert (device.peak_reserved_bytes, device.peak_requested_bytes, device.reserved_bytes,
                         device.ooms) == (d["peak_reserved_bytes"], d["peak_requested_bytes"], d["reserved_bytes"],
@@ -199,7 +199,7 @@ def test_a_version_3_postgresql_store_opens_migrated_with_its_figures(pg_url):
     path = os.path.join(SAMPLES, "gpt_train_fragmentation_oom.pickle.gz")
     store = open_store(pg_url)
     sid = ingest_file(store, path, name=path).id
-    old_summary = report_dict(Library.open(store).load_analysis(sid))
+    old_summary = report_of(Library.open(store).load_analysis(sid)).as_dict()  # the summary column's JSON
     for d in old_summary["devices"]:  # as version 3 wrote it: its fragmentation was the free scatter
         d["fragmentation"] = d.pop("free_scatter")
         del d["non_releasable_bytes"], d["at_peak"]
@@ -231,7 +231,7 @@ def _check_migrated(library: Library, old_summary: dict) -> None:
     assert (device.peak_reserved_bytes, device.ooms) == (old_summary["devices"][0]["peak_reserved_bytes"],
                                                          old_summary["devices"][0]["trace_actions"]["oom"])
     analysis = library.load_analysis(row.id)
-    assert report_dict(analysis)["devices"][0]["reserved_bytes"] == old_summary["devices"][0]["reserved_bytes"]
+    assert report_of(analysis).devices[0].reserved_bytes == old_summary["devices"][0]["reserved_bytes"]
 
 
 def reopened_after(pg_url: str, *statements: str) -> StoreError:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sqlite3
+from dataclasses import replace
 
 import numpy as np
 from sqlalchemy import text
@@ -15,7 +16,7 @@ from sqlalchemy import text
 from fragviz.model.columns import decode_columns, encode_columns
 from fragviz.library.ingest import ingest_file
 from fragviz.library import Library
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.store.engine import open_store
 from fragviz.store.records import SUMMARY_VERSION, Summary
 from fragviz.store.schema import SCHEMA_VERSION
@@ -49,8 +50,8 @@ def same_figures(migrated: Library, expected: Library) -> None:
                 lod_got, lod_exp = migrated.records.lod(row.id, device, bucket), expected.records.lod(want.id, device, bucket)
                 assert set(lod_got) == set(lod_exp)
                 assert all(np.array_equal(lod_got[k], lod_exp[k]) for k in lod_exp)
-        report = report_dict(migrated.load_analysis(row.id))
-        assert report == report_dict(expected.load_analysis(want.id)) | {"source": report["source"]}
+        report = report_of(migrated.load_analysis(row.id))
+        assert report == replace(report_of(expected.load_analysis(want.id)), source=report.source)
 
 
 def test_the_committed_version_4_sqlite_store_opens_with_its_figures_recomputed(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 from fragviz.replay.analysis import analyze
 from fragviz.library.ingest import ingest_file
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.snapshot import load_snapshot
 from fragviz.library import Library
 from fragviz.store.engine import open_store
@@ -51,16 +51,16 @@ def test_the_views_by_kind_match_the_report_at_the_end_and_at_the_peak(store, na
     db, ids = store
     reader = Library.open(db)
     views = UsageViews(reader)
-    report = report_dict(reader.load_analysis(ids[name]))
-    for device in report["devices"]:
-        d, n = device["device"], device["trace_events"]
-        checks = [(n, "kinds"), (device["peak_requested_state"], "kinds_at_peak")]
-        for state, key in checks[1:] if name in INCONSISTENT else checks:
+    report = report_of(reader.load_analysis(ids[name]))
+    for device in report.devices:
+        d, n = device.device, device.trace_events
+        checks = [(n, "kinds", device.kinds), (device.peak_requested_state, "kinds_at_peak", device.kinds_at_peak)]
+        for state, key, want in checks[1:] if name in INCONSISTENT else checks:
             _, groups = views.view(ids[name], d, "kind", state, state)
             assert groups.grid.states.tolist() == [state]
             by_kind = dict(zip(KINDS, groups.values[:, 0].tolist()))
             # the report reads the blocks of the state and their stacks; the view, the trace's lifetimes
-            assert by_kind == device[key], (d, key)
+            assert by_kind == want, (d, key)
         bands, _ = views.view(ids[name], d, "site")
         heights = np.zeros(len(bands.bands.grid), np.int64)
         for band, first, last in zip(bands.bands.run_band, bands.bands.run_first, bands.bands.run_last):

@@ -5,7 +5,7 @@ import copy
 import pickle
 
 from fragviz.replay.analysis import analyze
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes, read_raw
 from tests.support.helpers import MiB, block, ev, real, segment, snapshot
 
@@ -42,7 +42,7 @@ def test_every_optional_key_missing_gives_the_same_figures():
         data = read_raw(real(name)).data
         full = analyze(load_snapshot(real(name)))
         bare = analyze(load_snapshot_bytes(pickle.dumps(strip(data)), name))
-        assert figures(report_dict(bare)) == figures(report_dict(full))
+        assert figures(report_of(bare).as_dict()) == figures(report_of(full).as_dict())
         assert bare.snapshot.allocator_settings is None and bare.snapshot.external_annotations is None
         assert all(s.pool_id is None and s.is_expandable is None for s in bare.snapshot.segments)
         assert not bare.snapshot.trace_of(0).has_time

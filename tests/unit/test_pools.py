@@ -11,7 +11,7 @@ from fragviz.replay.analysis import analyze
 from fragviz.doctor import diagnose
 from fragviz.doctor.pools import pool_notes, request_pool_at
 from fragviz.model.metrics import GENERAL_POOL, pending_frees, pool_figures, pool_of
-from fragviz.doctor.report import report_dict, report_text
+from fragviz.doctor.report import report_of, report_text
 from fragviz.snapshot import load_snapshot, load_snapshot_bytes, read_raw
 from fragviz.ui.figures.segments import segment_map_figure
 from fragviz.ui.figures.style import COLORS
@@ -70,8 +70,8 @@ def test_pool_figures_keep_the_pools_apart_general_first():
 
 
 def test_report_json_adds_pools_and_pending_and_keeps_device_totals():
-    d = report_dict(analysed(three_pools()))["devices"][0]
-    assert d["pools"] == [
+    d = report_of(analysed(three_pools())).devices[0]
+    assert d.as_dict()["pools"] == [  # the pools in `fragviz report --json`
         {"pool": [0, 0], "reserved_bytes": 20 * MiB, "allocated_bytes": 8 * MiB, "free_bytes": 12 * MiB,
          "largest_free_block": 8 * MiB, "non_releasable_bytes": 12 * MiB, "fragmentation": pytest.approx(0.6),
          "free_scatter": pytest.approx(1 / 3)},
@@ -81,12 +81,12 @@ def test_report_json_adds_pools_and_pending_and_keeps_device_totals():
         {"pool": [1, 0], "reserved_bytes": 2 * MiB, "allocated_bytes": 2 * MiB, "free_bytes": 0,
          "largest_free_block": 0, "non_releasable_bytes": 0, "fragmentation": 0.0, "free_scatter": 0.0},
     ]
-    assert (d["pending_free_bytes"], d["pending_free_blocks"]) == (2 * MiB, 1)
+    assert (d.pending_free_bytes, d.pending_free_blocks) == (2 * MiB, 1)
     # device-level figures stay every pool together (reserved = allocated + free; 1 - largest / free)
-    assert (d["reserved_bytes"], d["allocated_bytes"], d["free_bytes"], d["free_blocks"]) == (62 * MiB, 20 * MiB,
-                                                                                              42 * MiB, 3)
-    assert (d["largest_free_block"], d["free_scatter"]) == (30 * MiB, pytest.approx(1 - 30 / 42))
-    assert (d["non_releasable_bytes"], d["fragmentation"]) == (42 * MiB, pytest.approx(42 / 62))
+    assert (d.reserved_bytes, d.allocated_bytes, d.free_bytes, d.free_blocks) == (62 * MiB, 20 * MiB,
+                                                                                  42 * MiB, 3)
+    assert (d.largest_free_block, d.free_scatter) == (30 * MiB, pytest.approx(1 - 30 / 42))
+    assert (d.non_releasable_bytes, d.fragmentation) == (42 * MiB, pytest.approx(42 / 62))
 
 
 def test_text_report_names_private_pools_pending_frees_and_room_for_a_general_request():
@@ -108,20 +108,20 @@ def test_a_snapshot_from_before_pool_ids_has_only_the_general_pool():
     del seg["segment_pool_id"]
     data = snapshot([seg])
     assert load_snapshot_bytes(pickle.dumps(data), "old.pickle").segments[0].pool_id is None
-    d = report_dict(analysed(data))["devices"][0]
-    assert d["pools"] == [{"pool": [0, 0], "reserved_bytes": 20 * MiB, "allocated_bytes": 2 * MiB,
-                           "free_bytes": 18 * MiB, "largest_free_block": 18 * MiB, "non_releasable_bytes": 18 * MiB,
-                           "fragmentation": 0.9, "free_scatter": 0.0}]
+    d = report_of(analysed(data)).devices[0]
+    assert d.as_dict()["pools"] == [{"pool": [0, 0], "reserved_bytes": 20 * MiB, "allocated_bytes": 2 * MiB,
+                                     "free_bytes": 18 * MiB, "largest_free_block": 18 * MiB,
+                                     "non_releasable_bytes": 18 * MiB, "fragmentation": 0.9, "free_scatter": 0.0}]
     text = report_text(analysed(data))
     assert "pool (" not in text and "all pools" not in text and "pending" not in text
 
 
 def test_a_past_state_counts_the_pending_free_the_trace_left():
     # case_a after 5 events: the 3 MiB - 100 request (a 3 MiB block) is freed but not yet completed
-    d = report_dict(analysed(case_a()), at=5)["devices"][0]
-    assert (d["pending_free_blocks"], d["pending_free_bytes"]) == (1, 3 * MiB)
-    assert d["pools"][0]["allocated_bytes"] == 4 * MiB + 3 * MiB + 2 * MiB
-    assert report_dict(analysed(case_a()), at=0)["devices"][0]["pools"] == []
+    d = report_of(analysed(case_a()), at=5).devices[0]
+    assert (d.pending_free_blocks, d.pending_free_bytes) == (1, 3 * MiB)
+    assert d.pools[0].allocated_bytes == 4 * MiB + 3 * MiB + 2 * MiB
+    assert report_of(analysed(case_a()), at=0).devices[0].pools == ()
 
 
 def test_doctor_notes_name_private_pools_and_pending_frees():
@@ -198,25 +198,25 @@ def verl():
 def test_real_file_pools_match_the_raw_segments(verl):
     want = raw_pools()
     assert {p: w["segments"] for p, w in want.items()} == {(0, 0): 59, (0, 1): 44, (0, 2): 24}
-    d = report_dict(verl)["devices"][0]
-    assert [tuple(p["pool"]) for p in d["pools"]] == [(0, 0), (0, 1), (0, 2)]
-    for got in d["pools"]:
-        w = want[tuple(got["pool"])]
-        assert got["reserved_bytes"] == w["reserved"] == w["active"] + w["free"]
-        assert (got["allocated_bytes"], got["free_bytes"], got["largest_free_block"]) == (w["active"], w["free"],
+    d = report_of(verl).devices[0]
+    assert [p.pool for p in d.pools] == [(0, 0), (0, 1), (0, 2)]
+    for got in d.pools:
+        w = want[got.pool]
+        assert got.reserved_bytes == w["reserved"] == w["active"] + w["free"]
+        assert (got.allocated_bytes, got.free_bytes, got.largest_free_block) == (w["active"], w["free"],
                                                                                            w["largest"])
-        assert got["free_scatter"] == pytest.approx(1 - w["largest"] / w["free"] if w["free"] else 0.0)
-        assert got["non_releasable_bytes"] == w["stuck"]
-        assert got["fragmentation"] == pytest.approx(w["stuck"] / w["reserved"])
-    kv = d["pools"][2]
-    assert kv["free_bytes"] == 0 and kv["reserved_bytes"] > 20 * 2**30  # the KV cache: 21.8 GB, fully allocated
-    assert sum(p["reserved_bytes"] for p in d["pools"]) == d["reserved_bytes"]
+        assert got.free_scatter == pytest.approx(1 - w["largest"] / w["free"] if w["free"] else 0.0)
+        assert got.non_releasable_bytes == w["stuck"]
+        assert got.fragmentation == pytest.approx(w["stuck"] / w["reserved"])
+    kv = d.pools[2]
+    assert kv.free_bytes == 0 and kv.reserved_bytes > 20 * 2**30  # the KV cache: 21.8 GB, fully allocated
+    assert sum(p.reserved_bytes for p in d.pools) == d.reserved_bytes
 
 
 def test_real_file_pending_frees(verl):
     want = raw_pools()
-    d = report_dict(verl)["devices"][0]
-    assert (d["pending_free_blocks"], d["pending_free_bytes"]) == (9, want[(0, 0)]["pending"])
+    d = report_of(verl).devices[0]
+    assert (d.pending_free_blocks, d.pending_free_bytes) == (9, want[(0, 0)]["pending"])
     assert want[(0, 0)]["pending_blocks"] == 9 and round(want[(0, 0)]["pending"] / MiB) == 570
     assert want[(0, 1)]["pending"] == want[(0, 2)]["pending"] == 0
     text = report_text(verl)

@@ -9,7 +9,7 @@ from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import snapshot_dict
 from fragviz.replay.analysis import analyze
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.snapshot import load_snapshot_bytes
 from tests.support.helpers import MiB
 
@@ -181,9 +181,9 @@ def test_a_simulated_snapshot_reads_back_with_the_same_figures():
     a.free(y, pending=True)
     data = snapshot_dict([a], (), (), {"origin": "simulated"})
     analysis = analyze(load_snapshot_bytes(pickle.dumps(data), "sim.pickle"))
-    d = report_dict(analysis)["devices"][0]
-    assert (d["reserved_bytes"], d["peak_reserved_bytes"]) == (a.reserved, a.peaks.reserved)
-    assert (d["allocated_bytes"], d["requested_bytes"]) == (a.active_bytes, a.requested)
-    assert d["peak_requested_bytes"] == a.peaks.requested
-    assert d["largest_free_block"] == a.largest_free_block()
+    d = report_of(analysis).devices[0]
+    assert (d.reserved_bytes, d.peak_reserved_bytes) == (a.reserved, a.peaks.reserved)
+    assert (d.allocated_bytes, d.requested_bytes) == (a.active_bytes, a.requested)
+    assert d.peak_requested_bytes == a.peaks.requested
+    assert d.largest_free_block == a.largest_free_block()
     assert [w for w in analysis.warnings if "first at event" in w or "replaying" in w] == []

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 
 from fragviz.replay.analysis import analyze
-from fragviz.doctor.report import report_dict, report_text
+from fragviz.doctor.report import report_of, report_text
 from fragviz.snapshot import load_snapshot_bytes
 from fragviz.ui.data.usage import device_usage
 from fragviz.usage.kinds import KINDS
@@ -60,16 +60,16 @@ def views_of(analysis):
 
 def test_a_training_steps_stackless_memory_live_throughout_is_parameters_inferred():
     analysis = analysed(training_step())
-    d = report_dict(analysis)["devices"][0]
-    assert d["kinds"] == {**dict.fromkeys(KINDS, 0), "parameters_inferred": 8 * MiB, "gradients": 2 * MiB,
-                          "optimizer_state": 4 * MiB}
+    d = report_of(analysis).devices[0]
+    assert d.kinds == {**dict.fromkeys(KINDS, 0), "parameters_inferred": 8 * MiB, "gradients": 2 * MiB,
+                       "optimizer_state": 4 * MiB}
     # P, freed in the trace, is not live throughout: no stack recorded, from before the recording
-    assert d["peak_requested_state"] == 2
-    assert d["kinds_at_peak"]["parameters_inferred"] == 8 * MiB and d["kinds_at_peak"]["no_stack"] == 2 * MiB
-    assert d["kind_notes"] == {"parameters_inferred": INFERRED_TEXT, "no_stack": REASON_TEXT[BEFORE_RECORDING]}
+    assert d.peak_requested_state == 2
+    assert d.kinds_at_peak["parameters_inferred"] == 8 * MiB and d.kinds_at_peak["no_stack"] == 2 * MiB
+    assert d.kind_notes == {"parameters_inferred": INFERRED_TEXT, "no_stack": REASON_TEXT[BEFORE_RECORDING]}
     kinds, notes = views_of(analysis)
     assert kinds == {"W": "parameters_inferred", "P": "no_stack", "G": "gradients", "O": "optimizer_state"}
-    assert notes == d["kind_notes"]
+    assert notes == d.kind_notes
     text = report_text(analysis)
     assert "parameters_inferred 8.00 MiB" in text and f"parameters_inferred: {INFERRED_TEXT}" in text
     assert "other" not in text.split("by kind")[1].split("\n")[0]
@@ -77,20 +77,20 @@ def test_a_training_steps_stackless_memory_live_throughout_is_parameters_inferre
 
 def test_without_optimizer_state_no_parameters_are_inferred():
     analysis = analysed(training_step(optimizer=False))
-    d = report_dict(analysis)["devices"][0]
-    assert d["kinds"]["parameters_inferred"] == 0 and d["kinds"]["no_stack"] == 8 * MiB
-    assert d["kinds"]["other"] == 4 * MiB  # O's stack ("train") matches no rule: other, and only that
-    assert d["kind_notes"] == {"no_stack": REASON_TEXT[BEFORE_RECORDING]}
+    d = report_of(analysis).devices[0]
+    assert d.kinds["parameters_inferred"] == 0 and d.kinds["no_stack"] == 8 * MiB
+    assert d.kinds["other"] == 4 * MiB  # O's stack ("train") matches no rule: other, and only that
+    assert d.kind_notes == {"no_stack": REASON_TEXT[BEFORE_RECORDING]}
     assert views_of(analysis)[0]["W"] == "no_stack"
 
 
 def test_a_snapshot_without_any_stack_says_it_was_recorded_without_stacks():
     analysis = analysed(training_step(trace_frames=False))
-    d = report_dict(analysis)["devices"][0]
-    assert d["kinds"] == {**dict.fromkeys(KINDS, 0), "no_stack": 14 * MiB}
-    assert d["kind_notes"] == {"no_stack": REASON_TEXT[NO_STACKS]}
+    d = report_of(analysis).devices[0]
+    assert d.kinds == {**dict.fromkeys(KINDS, 0), "no_stack": 14 * MiB}
+    assert d.kind_notes == {"no_stack": REASON_TEXT[NO_STACKS]}
     kinds, notes = views_of(analysis)
-    assert set(kinds.values()) == {"no_stack"} and notes == d["kind_notes"]
+    assert set(kinds.values()) == {"no_stack"} and notes == d.kind_notes
 
 
 def test_a_trace_without_stacks_beside_blocks_with_stacks_was_recorded_with_context_state():

@@ -9,7 +9,7 @@ import pytest
 from fragviz.replay.analysis import analyze
 from fragviz.base.errors import UsageError
 from fragviz.model import Frame
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.snapshot import load_snapshot_bytes
 from fragviz.usage.bands import bands_of, by_group, grid_of
 from fragviz.usage.kinds import KINDS, compile_rules, current_rules
@@ -61,18 +61,18 @@ def test_live_bytes_of_every_state_match_the_replay():
 
 def test_the_report_gives_live_bytes_by_kind_at_the_end_and_at_the_peak():
     analysis, _ = lifetimes_of_case()
-    device = report_dict(analysis)["devices"][0]
-    assert set(device["kinds"]) == set(KINDS) and set(device["kinds_at_peak"]) == set(KINDS)
+    device = report_of(analysis).devices[0]
+    assert set(device.kinds) == set(KINDS) and set(device.kinds_at_peak) == set(KINDS)
     # the final state: B (a forward frame: activations) and C (`step`: no rule matches, other)
-    assert device["kinds"]["activations"] == 4 * MiB and device["kinds"]["other"] == 2 * MiB
-    assert sum(device["kinds"].values()) == device["allocated_bytes"]
+    assert device.kinds["activations"] == 4 * MiB and device.kinds["other"] == 2 * MiB
+    assert sum(device.kinds.values()) == device.allocated_bytes
     # the most requested bytes: states 2 and 3 (P, A, B live: 7 MiB); the first is taken
-    assert device["peak_requested_state"] == 2
-    assert device["kinds_at_peak"]["activations"] == 5 * MiB  # A and B
+    assert device.peak_requested_state == 2
+    assert device.kinds_at_peak["activations"] == 5 * MiB  # A and B
     # P: a block from before the trace has no stack, and stacks are recorded (the trace's): from before recording
-    assert device["kinds_at_peak"]["no_stack"] == 2 * MiB and device["kinds_at_peak"]["other"] == 0
-    assert device["kind_notes"] == {"no_stack": REASON_TEXT[BEFORE_RECORDING]}
-    assert sum(device["kinds_at_peak"].values()) == 7 * MiB
+    assert device.kinds_at_peak["no_stack"] == 2 * MiB and device.kinds_at_peak["other"] == 0
+    assert device.kind_notes == {"no_stack": REASON_TEXT[BEFORE_RECORDING]}
+    assert sum(device.kinds_at_peak.values()) == 7 * MiB
 
 
 def f(filename: str, name: str) -> Frame:

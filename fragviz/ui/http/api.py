@@ -17,7 +17,7 @@ from flask import Blueprint, Flask, jsonify, request
 from fragviz.base.errors import FragvizError, NotFoundError, StoreBusyError, UsageError
 from fragviz.library.ingest import IngestResult, ingest_file
 from fragviz.jobs.table import job_figures_of, ranks_csv
-from fragviz.doctor.report import report_dict
+from fragviz.doctor.report import report_of
 from fragviz.library import Library
 from fragviz.store.engine import Store
 from fragviz.ui.http.export_api import add_export_routes
@@ -136,7 +136,7 @@ def api_blueprint(reader: Library, writer: Writer, uploads: Uploads) -> Blueprin
     def report(sid: int):
         device = request.args.get("device", type=int)
         at = request.args.get("at", type=int)
-        return jsonify(report_dict(reader.load_analysis(sid), at, device))
+        return jsonify(report_of(reader.load_analysis(sid), at, device).as_dict())
 
     @bp.get("/snapshots/<int:sid>/state")
     def state(sid: int):
