@@ -1,6 +1,7 @@
 // The snapshot page's segment map draws its size axis apart (#segment-map-axis, sticky above the map that
 // scrolls). After every draw of either, the axis takes the map's x range (zoom, pan) and its left and right
-// margins (the map's row labels set its left margin), so that ticks and bars line up.
+// margins (the map's row labels set its left margin), so that ticks and bars line up. The map's plot area is
+// read from the SVG Plotly draws and the ranges from the graphs' layouts (window.fragvizPlots, clientside.js).
 (function () {
   "use strict";
 
@@ -11,17 +12,24 @@
 
   function align() {
     var p = plots(), map = p[0], axis = p[1];
-    if (!map || !axis || !map._fullLayout || !axis._fullLayout || !window.Plotly) { return; }
-    var size = map._fullLayout._size, range = map._fullLayout.xaxis.range;
-    var now = axis._fullLayout, nowRange = now.xaxis.range;
+    var area = map && window.fragvizPlots.plotArea(map);
+    var range = map && window.fragvizPlots.axisRange(map, "xaxis");
+    if (!area || !range || !axis || !axis.layout || !window.Plotly) { return; }
+    var margin = axis.layout.margin || {}, yaxis = axis.layout.yaxis || {};
+    var nowRange = window.fragvizPlots.axisRange(axis, "xaxis") || [];
     var update = {};
-    if (now._size.l !== size.l || now._size.r !== size.r) {
-      update["margin.l"] = size.l;
-      update["margin.r"] = size.r;
+    // the axis (a static plot) keeps the margins it was given: exactly the map's once set
+    if (margin.l !== area.l || margin.r !== area.r || yaxis.automargin !== false) {
+      update["margin.l"] = area.l;
+      update["margin.r"] = area.r;
       update["yaxis.automargin"] = false;  // the margins given, exactly
     }
     if (nowRange[0] !== range[0] || nowRange[1] !== range[1]) { update["xaxis.range"] = range.slice(); }
     if (Object.keys(update).length) { window.Plotly.relayout(axis, update); }
+  }
+
+  function drawn(p) {
+    return p[0] && p[1] && p[0].on && p[1].on && window.fragvizPlots.plotArea(p[0]) && p[1].querySelector(".main-svg");
   }
 
   var ns = (window.dash_clientside = window.dash_clientside || {});
@@ -32,7 +40,7 @@
       var tries = 0;
       (function attach() {
         var p = plots();
-        if (!(p[0] && p[1] && p[0].on && p[1].on && p[0]._fullLayout && p[1]._fullLayout)) {
+        if (!drawn(p)) {
           if (tries++ < 300) { window.requestAnimationFrame(attach); }
           return;
         }

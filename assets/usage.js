@@ -6,14 +6,15 @@
   // The events a drag on the timeline, the bands or the kind areas asks for, taken in the browser (no
   // round trip before the views are asked for): {lo, hi, from}, or {all: true, from} for a reset; twice:
   // for the two views, and for the timeline (only when the drag was elsewhere: it refines its own drags).
-  ns.fragviz.usageRange = function (timelineZoom, bandsZoom, kindsZoom, axis) {
-    var range = takeRange(timelineZoom, bandsZoom, kindsZoom, axis);
+  // `timeline` is the timeline's figure: drawn by time, its meta says which event each point is.
+  ns.fragviz.usageRange = function (timelineZoom, bandsZoom, kindsZoom, axis, timeline) {
+    var range = takeRange(timelineZoom, bandsZoom, kindsZoom, axis, timeline);
     var none = window.dash_clientside.no_update;
     if (range === none) { return [none, none]; }
     return [range, range.from === 'timeline' ? none : range];
   };
 
-  function takeRange(timelineZoom, bandsZoom, kindsZoom, axis) {
+  function takeRange(timelineZoom, bandsZoom, kindsZoom, axis, timeline) {
     var trig = (window.dash_clientside.callback_context.triggered || [])[0];
     var id = trig ? trig.prop_id.split('.')[0] : '';
     var zoom = {'timeline': timelineZoom, 'allocation-bands': bandsZoom, 'memory-by-kind': kindsZoom}[id];
@@ -24,26 +25,12 @@
     else if (zoom['xaxis.autorange']) { return {all: true, from: id}; }
     else { return window.dash_clientside.no_update; }
     if (id === 'timeline' && axis === 'time') {
-      // by time, each timeline point carries its event: interpolate the seconds dragged to events
-      var plot = document.querySelector('#timeline .js-plotly-plot');
-      var d = plot && plot._fullData && plot._fullData[0];
-      if (!d || !d.customdata) { return window.dash_clientside.no_update; }
-      lo = toEvent(d.x, d.customdata, lo);
-      hi = toEvent(d.x, d.customdata, hi);
+      // by time, the timeline's figure says which event each point is: interpolate the seconds dragged to events
+      lo = window.fragvizPlots.secondsToEvent(timeline, lo);
+      hi = window.fragvizPlots.secondsToEvent(timeline, hi);
+      if (lo === null || hi === null) { return window.dash_clientside.no_update; }
     }
     return {lo: Math.max(0, Math.floor(lo)), hi: Math.max(0, Math.ceil(hi)), from: id};
-  }
-
-  function toEvent(seconds, events, s) {
-    var n = seconds.length;
-    if (s <= seconds[0]) { return events[0]; }
-    for (var i = 1; i < n; i++) {
-      if (seconds[i] >= s) {
-        var f = seconds[i] === seconds[i - 1] ? 0 : (s - seconds[i - 1]) / (seconds[i] - seconds[i - 1]);
-        return events[i - 1] + f * (events[i] - events[i - 1]);
-      }
-    }
-    return events[n - 1];
   }
 
   // The selected event's line on both views: an element laid over each plot, placed from its x axis, so that
@@ -51,17 +38,26 @@
   var GRAPHS = ['allocation-bands', 'memory-by-kind'];
   var selected = null;
 
+  // Both x axes are linear: a value's pixel is its share of the range shown, across the plot area
+  function toPixel(range, length, value) {
+    return (value - range[0]) / (range[1] - range[0]) * length;
+  }
+
+  function toValue(range, length, pixel) {
+    return range[0] + pixel / length * (range[1] - range[0]);
+  }
+
   function placeLine(plot) {
-    var full = plot && plot._fullLayout;
+    var size = window.fragvizPlots.plotArea(plot);  // the plot area once margins grew for the legend and the labels
+    var range = window.fragvizPlots.axisRange(plot, 'xaxis');
     var line = plot && plot.querySelector('.fv-event-line');
-    if (!full || !full.xaxis || !full.xaxis.l2p) { return; }
+    if (!size || !range || range[1] === range[0]) { return; }
     if (!line) {
       line = document.createElement('div');
       line.className = 'fv-event-line';
       plot.appendChild(line);
     }
-    var size = full._size;  // the plot area once margins grew for the legend and the labels
-    var x = selected === null ? NaN : full.xaxis.l2p(selected);
+    var x = selected === null ? NaN : toPixel(range, size.w, selected);
     var inside = x >= 0 && x <= size.w;
     line.style.display = inside ? 'block' : 'none';
     line.style.left = (size.l + x) + 'px';
@@ -70,16 +66,17 @@
   }
 
   // The bands' words under the pointer, and a clicked band sent to the stack panel: the rectangles and their
-  // words come in the figure (layout.meta.bands, see usage_figures.py), so no point of Plotly's is needed
+  // words come in the figure (layout.meta.bands, see figures/usage.py), so no point of Plotly's is needed
   function bandAt(plot, event) {
-    var full = plot._fullLayout;
-    var table = full && full.meta && full.meta.bands;
-    if (!table) { return null; }
+    var table = plot.layout && plot.layout.meta && plot.layout.meta.bands;
+    var size = window.fragvizPlots.plotArea(plot);
+    var xr = window.fragvizPlots.axisRange(plot, 'xaxis'), yr = window.fragvizPlots.axisRange(plot, 'yaxis');
+    if (!table || !size || !xr || !yr) { return null; }
     var box = plot.getBoundingClientRect();
-    var px = event.clientX - box.left - full._size.l;
-    var py = event.clientY - box.top - full._size.t;
-    if (px < 0 || py < 0 || px > full._size.w || py > full._size.h) { return null; }
-    var x = full.xaxis.p2l(px), y = full.yaxis.p2l(py);
+    var px = event.clientX - box.left - size.l;
+    var py = event.clientY - box.top - size.t;
+    if (px < 0 || py < 0 || px > size.w || py > size.h) { return null; }
+    var x = toValue(xr, size.w, px), y = toValue(yr, size.h, size.h - py);  // pixels grow down, y up
     for (var i = 0; i < table.x0.length; i++) {
       if (x >= table.x0[i] && x < table.x1[i] && y >= table.y0[i] && y <= table.y1[i]) {
         return {text: table.text[table.band[i]], row: table.row[table.band[i]]};
@@ -152,10 +149,10 @@
     }, {capture: true, once: true});
   }, true);
 
-  ns.fragviz.usageEventLine = function (info) {
-    var m = /after (\d+) of/.exec(info || '');
-    if (!m) { return window.dash_clientside.no_update; }
-    selected = Number(m[1]);
+  // `event` comes from the state's callback (the figures only say when to place the lines again)
+  ns.fragviz.usageEventLine = function (event) {
+    if (typeof event !== 'number') { return window.dash_clientside.no_update; }
+    selected = event;
     GRAPHS.forEach(function (id) {
       var plot = document.querySelector('#' + id + ' .js-plotly-plot');
       if (!plot) { return; }

@@ -1,4 +1,5 @@
-"""Component ids. Outside checks use the ones the issue names: keep them."""
+"""Component ids: every id of the dashboard is one of these (pattern-matching ids are built from them).
+Outside checks and users rely on their values: keep them."""
 URL = "url"
 SNAPSHOT_URL = "snapshot-url"  # the snapshot page's own view of the URL: its callbacks exist only there
 PAGE = "page"
@@ -75,6 +76,8 @@ KIND_NOTES = "kind-notes"  # why some memory has no stack recorded, and the rule
 ALLOC_BANDS = "allocation-bands"
 USAGE_RANGE = "usage-range"
 STACK_SOURCE = "stack-source"  # what the stack panel shows: a block of the segment map or a band
+SELECTED_EVENT = "selected-event"  # the event the snapshot page shows: lines on the timeline and the usage views
+SITES_TRIGGER = "sites-trigger"  # the event info, a moment later: the sites and the icicle follow the state
 BAND_CLICK = "band-click"  # {row, at}: the allocation of a clicked band (set in the browser, assets/usage.js)
 TIMELINE_FOLLOW = "timeline-follow"  # a range dragged on the bands or the kind areas, for the timeline to follow
 # The job page (/jobs/<id>) and the library's jobs card

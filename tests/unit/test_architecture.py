@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGE = os.path.join(ROOT, "fragviz")
@@ -209,4 +210,159 @@ def test_the_ui_reads_through_the_library_not_the_store():
                    if n.startswith(("fragviz.store.engine", "fragviz.store.writer", "sqlalchemy", "sqlite3"))}
             if bad:
                 offenders[rel] = sorted(bad)
+    assert offenders == {}
+
+
+# The UI's own rules: ui/ is split by what each part is (http, pages, figures, data); every page has one
+# contract; its JavaScript lives in assets/ and reads no private field of Plotly's; every id is in ids.py.
+UI = os.path.join(PACKAGE, "ui")
+ASSETS = os.path.join(ROOT, "assets")
+PAGES = os.path.join(UI, "pages")
+SHARED_BY_PAGES = ("common.py",)  # the header, cards, URL helpers: not a page
+
+
+def ui_files(*rooms: str) -> list[str]:
+    """The modules under fragviz/ui, or under its rooms (ui/http, ui/pages, ...)."""
+    roots = tuple(os.path.join(UI, room) + os.sep for room in rooms) or (UI + os.sep,)
+    return [p for p in python_files() if p.startswith(roots)]
+
+
+def parsed(path: str) -> ast.Module:
+    return ast.parse(open(path, encoding="utf-8").read(), path)
+
+
+def called(node: ast.Call) -> str | None:
+    return node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+
+
+def page_names() -> list[str]:
+    return sorted(n.removesuffix(".py") for n in os.listdir(PAGES)
+                  if n not in ("__init__.py", "__pycache__", *SHARED_BY_PAGES)
+                  and (n.endswith(".py") or os.path.isfile(os.path.join(PAGES, n, "__init__.py"))))
+
+
+def test_every_page_is_routed_and_exports_path_layout_and_register_with_a_typed_context():
+    import importlib
+    import inspect
+    import typing
+
+    import dash
+
+    from fragviz.ui.context import AppContext
+    from fragviz.ui.factory import ROUTES
+
+    assert sorted({r.page.__name__.rsplit(".", 1)[-1] for r in ROUTES}) == page_names()
+    for name in page_names():
+        page = importlib.import_module(f"fragviz.ui.pages.{name}")
+        assert isinstance(page.PATH, str) and page.PATH.startswith("/"), name
+        layout, register = typing.get_type_hints(page.layout), typing.get_type_hints(page.register)
+        assert layout["ctx"] is AppContext and register["ctx"] is AppContext, name
+        assert register["app"] is dash.Dash and register["return"] is type(None), name
+        assert list(inspect.signature(page.layout).parameters) == ["ctx", "pathname", "search"], name
+        assert list(inspect.signature(page.register).parameters) == ["app", "ctx"], name
+
+
+def test_the_routing_table_sends_each_path_to_its_page():
+    from fragviz.ui.factory import page_for
+    from fragviz.ui.pages import compare, doctor, job, library, live, snapshot, whatif
+
+    assert page_for("/") is library and page_for("/snapshots/3") is snapshot and page_for("/whatif/3") is whatif
+    assert page_for("/jobs/2") is job and page_for("/compare") is compare and page_for("/live") is live
+    assert page_for("/doctor") is doctor and page_for("/nowhere") is None and page_for("/live/x") is None
+
+
+def test_page_helpers_take_the_app_context_typed():
+    """A parameter named ctx is the AppContext, annotated so; Dash's own ctx is imported as dash_ctx."""
+    offenders = []
+    for path in ui_files("pages"):
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                    typed = arg.annotation is not None and ast.unparse(arg.annotation) == "AppContext"
+                    if arg.arg == "app_ctx" or (arg.arg == "ctx" and not typed):
+                        offenders.append(f"{os.path.relpath(path, ROOT)}:{node.lineno} {node.name}({arg.arg})")
+            elif isinstance(node, ast.ImportFrom) and node.module == "dash":
+                offenders += [f"{os.path.relpath(path, ROOT)}: from dash import ctx" for a in node.names
+                              if a.name == "ctx" and a.asname in (None, "ctx")]
+    assert offenders == []
+
+
+def test_no_javascript_in_python_strings():
+    """Clientside callbacks name a function of assets/ (ClientsideFunction); no Python string holds a script."""
+    script = re.compile(r"\bfunction\s*\w*\s*\([\w\s,]*\)\s*\{|[\w)]\s*=>")  # function (a) {, a =>, (a) =>
+    offenders = []
+    for path in ui_files():
+        for node in ast.walk(parsed(path)):
+            where = f"{os.path.relpath(path, ROOT)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Call) and called(node) == "clientside_callback":
+                if not (node.args and isinstance(node.args[0], ast.Call) and called(node.args[0]) == "ClientsideFunction"):
+                    offenders.append(f"{where} clientside_callback without a ClientsideFunction")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and script.search(node.value):
+                offenders.append(f"{where} {node.value[:40]!r}")
+    assert offenders == []
+
+
+def clientside_functions() -> set[tuple[str, str]]:
+    """(namespace, function name) of every ClientsideFunction the UI names."""
+    names = set()
+    for path in ui_files():
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.Call) and called(node) == "ClientsideFunction":
+                args = [a.value for a in node.args if isinstance(a, ast.Constant)]
+                args += [k.value.value for k in node.keywords if isinstance(k.value, ast.Constant)]
+                names.add(tuple(args))
+    return names
+
+
+def test_every_clientside_function_is_in_assets_and_reads_no_private_plotly_field():
+    scripts = {f: open(os.path.join(ASSETS, f), encoding="utf-8").read() for f in os.listdir(ASSETS) if f.endswith(".js")}
+    text = "\n".join(scripts.values())
+    for namespace, name in clientside_functions():
+        assert namespace == "fragviz", name
+        assert re.search(rf"\b{name}\s*[:=]\s*function\b", text), f"{name} is not defined in assets/"
+    private = re.compile(r"\._(?:full|size\b|length\b|offset\b|input\b|context\b)\w*")
+    assert {f: private.findall(js) for f, js in scripts.items() if private.search(js)} == {}
+
+
+def literal_id(node: ast.AST) -> bool:
+    """A component id written out: a string, or a pattern-matching id whose type is a string."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return True
+    return isinstance(node, ast.Dict) and any(
+        isinstance(k, ast.Constant) and k.value == "type" and isinstance(v, ast.Constant) for k, v in
+        zip(node.keys, node.values))
+
+
+def test_every_component_id_comes_from_ids():
+    offenders = []
+    for path in ui_files():
+        if path == os.path.join(UI, "ids.py"):
+            continue
+        for node in ast.walk(parsed(path)):
+            if not isinstance(node, ast.Call):
+                continue
+            given = [k.value for k in node.keywords if k.arg in ("id", "component_id")]
+            if called(node) in ("Input", "Output", "State") and node.args:
+                given.append(node.args[0])
+            offenders += [f"{os.path.relpath(path, ROOT)}:{node.lineno}" for value in given if literal_id(value)]
+    assert offenders == []
+
+
+# (room of ui/, imports it may not make): the HTTP side, the figures and the shaping never reach up into the
+# pages; the figures are pure (records in, go.Figure out: no Dash, no library, no store); the shaping and the
+# HTTP side draw nothing.
+UI_ROOM_BANS = {
+    "http": ("fragviz.ui.pages", "fragviz.ui.figures", "dash", "plotly"),
+    "data": ("fragviz.ui.pages", "fragviz.ui.figures", "fragviz.ui.http", "dash", "plotly"),
+    "figures": ("fragviz.ui.pages", "fragviz.ui.http", "fragviz.library", "fragviz.store", "dash"),
+}
+
+
+def test_the_ui_rooms_import_one_way():
+    offenders = {}
+    for room, banned in UI_ROOM_BANS.items():
+        for path in ui_files(room):
+            bad = {n for n in imports_of(path) if any(n == b or n.startswith(b + ".") for b in banned)}
+            if bad:
+                offenders[os.path.relpath(path, ROOT)] = sorted(bad)
     assert offenders == {}

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from fragviz.ui import ids
-from fragviz.ui.pages.common import make_search, query_int
-from fragviz.ui.pages.snapshot import _chosen_event, sid_of
+from fragviz.ui.pages.common import make_search, query_int, sid_of
+from fragviz.ui.pages.snapshot.state import chosen_event
 
 
 def test_urls_carry_the_view():
@@ -16,9 +16,9 @@ def test_urls_carry_the_view():
 
 def test_a_choice_becomes_an_event_within_the_trace():
     click = {"points": [{"x": 41.6, "customdata": 7}]}
-    assert _chosen_event(ids.TIMELINE, click, None, 10, 97) == 42  # by event: the clicked x
-    assert _chosen_event(ids.TIMELINE, click, None, 10, 97, timed=True) == 7  # by time: the point's event
-    assert _chosen_event(ids.PREV, None, None, 0, 97) == 0 and _chosen_event(ids.NEXT, None, None, 97, 97) == 97
-    assert _chosen_event(ids.NEXT, None, None, 5, 97) == 6
-    assert _chosen_event(ids.EVENT, None, 500, 5, 97) == 97 and _chosen_event(ids.EVENT, None, -3, 5, 97) == 0
-    assert _chosen_event(None, None, None, 33, 97) == 33
+    assert chosen_event(ids.TIMELINE, click, None, 10, 97) == 42  # by event: the clicked x
+    assert chosen_event(ids.TIMELINE, click, None, 10, 97, timed=True) == 7  # by time: the point's event
+    assert chosen_event(ids.PREV, None, None, 0, 97) == 0 and chosen_event(ids.NEXT, None, None, 97, 97) == 97
+    assert chosen_event(ids.NEXT, None, None, 5, 97) == 6
+    assert chosen_event(ids.EVENT, None, 500, 5, 97) == 97 and chosen_event(ids.EVENT, None, -3, 5, 97) == 0
+    assert chosen_event(None, None, None, 33, 97) == 33

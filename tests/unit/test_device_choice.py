@@ -8,8 +8,8 @@ from fragviz.doctor import Diagnosis
 from fragviz.store.records import DeviceSummary, Summary
 from fragviz.ui.pages.common import opening_device
 from fragviz.ui.pages.library import summed, total_note
-from fragviz.ui.pages.snapshot_device import view_on, whatif_href
-from fragviz.ui.pages.snapshot_oom import oom_href, oom_title, verdicts_view
+from fragviz.ui.pages.snapshot.device import view_on, whatif_href
+from fragviz.ui.pages.snapshot.oom import oom_href, oom_title, verdicts_view
 from fragviz.ui.pages.whatif import body
 
 

@@ -2,34 +2,45 @@
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
+from fragviz.model.lod import Timeline
 from fragviz.ui.figures.style import COLORS, FRACTION_TICKS, unit_for
 
-if TYPE_CHECKING:
-    from fragviz.library import AnnotationSpan
+
+class Span(Protocol):
+    """An annotated span (a record_function range) as the timeline draws it: fragviz.library's AnnotationSpan."""
+
+    name: str
+    start_event: int
+    end_event: int
+    start_us: int
+    end_us: int
+    closed: bool
+
 
 LABELS = {"allocated": "allocated", "requested": "requested", "reserved": "reserved", "free": "cached free"}
 
 
-def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: int | None,
+def timeline_figure(tl: Timeline, markers: dict[str, list[int]], event: int | None,
                     x_range: Sequence[float] | None = None, axis: str = "event",
-                    spans: Sequence[AnnotationSpan] = ()) -> go.Figure:
+                    spans: Sequence[Span] = ()) -> go.Figure:
     """Memory over the trace (min/max per bucket where summarised), fragmentation on a second axis, the
     annotated spans (record_function ranges) shaded and named. Steps: a value holds until the next point.
 
     `axis` "time" draws against seconds since the trace's first event where the trace has time_us; every
-    point's customdata is then its event index (clicks select events either way).
+    point's customdata is then its event index (clicks select events either way), and layout.meta.event_seconds
+    holds each point's event and seconds, for the browser to turn one into the other (assets/clientside.js).
     """
-    starts = np.asarray(tl["start"])
-    top = max([float(np.max(tl[k + "_max"])) for k in LABELS if len(tl[k + "_max"])] or [0.0])
+    starts = np.asarray(tl.start)
+    top = max([float(np.max(tl.maxs[k])) for k in LABELS if len(tl.maxs[k])] or [0.0])
     scale, unit = unit_for(top)
     seconds = None
-    if tl.get("t0_us") is not None and "time_us_min" in tl:
-        seconds = (np.asarray(tl["time_us_min"]) - tl["t0_us"]) / 1e6
+    if tl.t0_us is not None and tl.time_us is not None:
+        seconds = (np.asarray(tl.time_us) - tl.t0_us) / 1e6
     timed = axis == "time" and seconds is not None
     # A plain list: plotly.js hands typed-array customdata to click events as nothing at all
     x, custom = (seconds, starts.tolist()) if timed else (starts, seconds)
@@ -38,11 +49,11 @@ def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: in
     fig = go.Figure()
     extent = (float(x_range[0]), float(x_range[1])) if x_range else (
         (float(x[0]), float(x[-1])) if len(x) else (0.0, 1.0))
-    _add_spans(fig, spans, tl.get("t0_us") if timed else None, extent)
+    _add_spans(fig, spans, tl.t0_us if timed else None, extent)
     for key, label in LABELS.items():
-        hi = np.asarray(tl[key + "_max"]) / scale
-        lo = np.asarray(tl[key + "_min"]) / scale
-        if tl["bucket"] > 1:
+        hi = np.asarray(tl.maxs[key]) / scale
+        lo = np.asarray(tl.mins[key]) / scale
+        if tl.bucket > 1:
             fig.add_trace(go.Scatter(x=x, y=lo, mode="lines", line=dict(width=0, color=COLORS[key], shape="hv"),
                                      showlegend=False, hoverinfo="skip", legendgroup=key, customdata=custom))
             fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label,
@@ -52,7 +63,7 @@ def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: in
             fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", name=label, line=dict(width=1.5, color=COLORS[key],
                                      shape="hv"), customdata=custom,
                                      hovertemplate=f"{label} %{{y:.3f}} {unit}<extra>{when}</extra>"))
-    fig.add_trace(go.Scatter(x=x, y=np.asarray(tl["fragmentation_max"]), mode="lines", name="fragmentation",
+    fig.add_trace(go.Scatter(x=x, y=np.asarray(tl.maxs["fragmentation"]), mode="lines", name="fragmentation",
                              yaxis="y2", line=dict(width=1, color=COLORS["fragmentation"], dash="dot", shape="hv"),
                              customdata=custom,
                              hovertemplate=f"fragmentation %{{y:.1%}} of reserved is free but non-releasable"
@@ -70,6 +81,8 @@ def timeline_figure(tl: dict[str, Any], markers: dict[str, list[int]], event: in
         yaxis=dict(title=unit, rangemode="tozero"),
         yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], showgrid=False,
                     **FRACTION_TICKS))
+    if timed:
+        fig.update_layout(meta={"event_seconds": {"events": starts.tolist(), "seconds": seconds.tolist()}})
     return fig
 
 
@@ -77,7 +90,7 @@ SPAN_COLOR = "rgba(86, 180, 233, 0.16)"
 SPAN_ROWS = 3  # label rows, so that the names of neighbouring spans do not write over each other
 
 
-def _add_spans(fig: go.Figure, spans: Sequence[AnnotationSpan], t0_us: int | None,
+def _add_spans(fig: go.Figure, spans: Sequence[Span], t0_us: int | None,
                extent: tuple[float, float]) -> None:
     """Each span a shaded band over the plot's height (the fragmentation axis runs 0..1) with its name at the
     top, written leftwards from its end when it starts in the last fifth of `extent` (the x range drawn), so

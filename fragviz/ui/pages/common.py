@@ -26,6 +26,11 @@ def error_panel(message: str) -> html.Div:
     return html.Div(className="fv-error", role="alert", children=[html.Strong("Cannot show this: "), message])
 
 
+def error_page(message: str) -> html.Div:
+    """A page that cannot be shown: the header, and why."""
+    return html.Div([header(), html.Main(className="fv-main", children=[error_panel(message)])])
+
+
 def query(search: str | None) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
 
@@ -40,6 +45,14 @@ def query_int(search: str | None, key: str) -> int | None:
 
 def make_search(**params) -> str:
     return "?" + urlencode({k: v for k, v in params.items() if v is not None})
+
+
+def sid_of(pathname: str | None) -> int | None:
+    """The snapshot id of a snapshot or what-if page's path (/snapshots/<id>, /whatif/<id>); None elsewhere."""
+    parts = (pathname or "").strip("/").split("/")
+    if len(parts) >= 2 and parts[0] in ("snapshots", "whatif") and parts[1].isdigit():
+        return int(parts[1])
+    return None
 
 
 def opening_device(devices: list[int], summary: Summary, wanted: int | None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import dash
 from dash import Input, Output, State, dcc, html
 
 from fragviz.doctor import Diagnosis, diagnose_message, diagnose_message_with
@@ -13,8 +14,10 @@ from fragviz.doctor.summary_checks import message_device
 from fragviz.doctor.summary_text import SummaryDiagnosis, diagnose_summary
 from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
-from fragviz.ui.pages.common import card, error_panel, fb, header, query_int, verdict_card
+from fragviz.ui.context import AppContext
+from fragviz.ui.pages.common import card, error_page, error_panel, fb, header, query_int, verdict_card
 
+PATH = "/doctor"
 SOURCE = "the paste"
 _ROWS = (("reserved", "reserved_bytes"), ("allocated", "allocated_bytes"), ("active", "active_bytes"),
          ("requested", "requested_bytes"), ("non-releasable", "inactive_split_bytes"))
@@ -23,16 +26,16 @@ _VERDICTS = {"fragmentation": "Fragmentation", "exhaustion": "Exhaustion", "unde
              "capacity_cap": "A capacity cap"}
 
 
-def layout(app_ctx, search: str | None) -> html.Div:
+def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Div:
     sid = query_int(search, "snapshot")
     intro: list[Any] = [html.H2("Doctor"), html.P(
         "Paste what PyTorch printed: a torch.cuda.memory_summary() table (from a log is fine), an OOM message, or "
         "both. The doctor says what the figures show and what would help.", className="fv-sub")]
     if sid is not None:
         try:
-            row = app_ctx.reader.snapshot_row(sid)
+            row = ctx.reader.snapshot_row(sid)
         except FragvizError as exc:
-            return html.Div([header(), html.Main(className="fv-main", children=[error_panel(str(exc))])])
+            return error_page(str(exc))
         intro.append(html.P(["Read with snapshot ", dcc.Link(row.name.rsplit("/", 1)[-1], href=f"/snapshots/{sid}"),
                              " and its own OOMs."], className="fv-sub"))
     return html.Div([header(), html.Main(className="fv-main", children=[
@@ -46,7 +49,7 @@ def layout(app_ctx, search: str | None) -> html.Div:
     ])])
 
 
-def diagnose_paste(app_ctx, text: str, sid: int | None) -> html.Div:
+def diagnose_paste(ctx: AppContext, text: str, sid: int | None) -> html.Div:
     """The findings for a paste (and the snapshot `sid`), or the one-line reason there are none."""
     if not text.strip():
         return error_panel("paste a torch.cuda.memory_summary() table and/or a CUDA out-of-memory message")
@@ -57,8 +60,8 @@ def diagnose_paste(app_ctx, text: str, sid: int | None) -> html.Div:
         if message is None or "no torch.cuda.memory_summary() table" not in str(exc):
             return error_panel(str(exc))
         summary = None
-    analysis = app_ctx.views.analysis(sid) if sid is not None else None
-    ooms = app_ctx.views.doctor(sid) if sid is not None else []
+    analysis = ctx.views.analysis(sid) if sid is not None else None
+    ooms = ctx.views.doctor(sid) if sid is not None else []
     if message:  # with a snapshot, only where both can be one run (else the message alone, saying why)
         ooms = ooms + (diagnose_message_with(analysis, message) if analysis is not None else diagnose_message(message))
     if summary is None:
@@ -113,11 +116,11 @@ def _ooms(ooms: list[Diagnosis]) -> html.Div:
     return card("Out-of-memory errors", *out)
 
 
-def register(app, app_ctx) -> None:
+def register(app: dash.Dash, ctx: AppContext) -> None:
     @app.callback(Output(ids.DOCTOR_RESULT, "children"), Input(ids.DOCTOR_RUN, "n_clicks"),
                   State(ids.DOCTOR_PASTE, "value"), State(ids.DOCTOR_SNAPSHOT, "data"), prevent_initial_call=True)
     def run(_, text, sid):
         try:
-            return diagnose_paste(app_ctx, text or "", sid)
+            return diagnose_paste(ctx, text or "", sid)
         except FragvizError as exc:
             return error_panel(str(exc))

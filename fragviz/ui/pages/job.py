@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from statistics import median
 
+import dash
 from dash import ALL, Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
@@ -12,9 +13,11 @@ from fragviz.base.errors import FragvizError
 from fragviz.jobs.stats import OUTLIER_RULE
 from fragviz.jobs.table import JobFigures, RankRow, job_figures, job_figures_of
 from fragviz.ui import ids
+from fragviz.ui.context import AppContext
 from fragviz.ui.figures.jobs import ranks_figure
-from fragviz.ui.pages.common import card, error_panel, fb, header
+from fragviz.ui.pages.common import card, error_page, error_panel, fb, header
 
+PATH = "/jobs/"  # the page's prefix: /jobs/<id>
 NOT_RECORDED = "not recorded"
 # (key, header, sort value): the table's columns, each sortable by its header
 COLUMNS = (
@@ -38,14 +41,14 @@ def snapshot_href(row: RankRow) -> str:
     return f"/snapshots/{row.snapshot_id}" + ("" if row.device is None else f"?device={row.device}")
 
 
-def layout(app_ctx, pathname: str) -> html.Div:
+def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Div:
     job_id = job_id_of(pathname)
     try:
         if job_id is None:
             raise FragvizError(f"{pathname}: not a job's address (/jobs/<id>)")
-        figures = job_figures_of(app_ctx.reader, job_id)
+        figures = job_figures_of(ctx.reader, job_id)
     except FragvizError as exc:
-        return html.Div([header(), html.Main(className="fv-main", children=[error_panel(str(exc))])])
+        return error_page(str(exc))
     job = figures.job
     return html.Div([header(), html.Main(className="fv-main fv-job", children=[
         html.H2(f"Job {job.name}"),
@@ -178,7 +181,7 @@ def _job_tr(figures: JobFigures) -> html.Tr:
         html.Td(job.created_at.replace("T", " ")[:16])])
 
 
-def register(app, app_ctx) -> None:
+def register(app: dash.Dash, ctx: AppContext) -> None:
     @app.callback(Output(ids.JOB_TABLE, "children"), Output(ids.JOB_SORT_STATE, "data"),
                   Input({"type": ids.JOB_SORT, "key": ALL}, "n_clicks"), State(ids.JOB_SORT_STATE, "data"),
                   State(ids.URL, "pathname"), prevent_initial_call=True)
@@ -189,7 +192,7 @@ def register(app, app_ctx) -> None:
         key = dash_ctx.triggered_id["key"]
         desc = not state["desc"] if key == state["key"] else key not in ("rank", "snapshot")
         try:
-            figures = job_figures_of(app_ctx.reader, job_id)
+            figures = job_figures_of(ctx.reader, job_id)
         except FragvizError as exc:
             return error_panel(str(exc)), no_update
         return ranks_table(figures, key, desc), {"key": key, "desc": desc}

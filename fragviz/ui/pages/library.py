@@ -1,15 +1,19 @@
 """The library: every ingested snapshot, and the upload area."""
 from __future__ import annotations
 
+import dash
 from dash import Input, Output, dcc, html
 
 from fragviz.ui import ids
+from fragviz.ui.context import AppContext
 from fragviz.ui.http.api import snapshot_entry
 from fragviz.ui.pages.common import card, fb, header
 from fragviz.ui.pages.job import jobs_table
 
+PATH = "/"
 
-def layout(ctx) -> html.Div:
+
+def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Div:
     return html.Div([
         header(),
         html.Main(className="fv-main", children=[
@@ -32,7 +36,7 @@ def layout(ctx) -> html.Div:
     ])
 
 
-def table(ctx) -> html.Table | html.P:
+def table(ctx: AppContext) -> html.Table | html.P:
     rows = ctx.reader.list_snapshots()
     if not rows:
         return html.P("No snapshots yet: add one above.")
@@ -96,7 +100,7 @@ def devices_text(devices: list[int]) -> str:
     return f"{len(devices)} ({', '.join(names)})"
 
 
-def register(app, ctx) -> None:
+def register(app: dash.Dash, ctx: AppContext) -> None:
     @app.callback(Output(ids.LIBRARY, "children"), Input(ids.UPLOAD_DONE, "n_clicks"), prevent_initial_call=True)
     def refresh(_):
         return table(ctx)

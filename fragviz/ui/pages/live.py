@@ -11,22 +11,25 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dash import ALL, MATCH, Input, Output, Patch, State, ctx, dcc, html, no_update
+import dash
+from dash import ALL, MATCH, Input, Output, Patch, State, ctx as dash_ctx, dcc, html, no_update
 
 from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
+from fragviz.ui.context import AppContext
 from fragviz.ui.figures.gaps import gap_histogram_figure
 from fragviz.ui.figures.live import live_figure, live_points, thin
 from fragviz.ui.figures.segments import segment_map_figure
 from fragviz.ui.pages.common import card, error_panel, fb, header
 
+PATH = "/live"
 MAX_INITIAL_POINTS = 3000
 TITLES = {"exhaustion": "true exhaustion", "fragmentation": "fragmentation", "outside_pytorch":
           "memory outside PyTorch", "capacity_cap": "a capacity cap"}
 
 
-def layout(app_ctx) -> html.Div:
-    options = _options(app_ctx)
+def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Div:
+    options = _options(ctx)
     # the jobs recording now; when none is, the one that ended last (a reload after a job died shows its last
     # state and its OOM, never an empty page)
     chosen = [o["value"] for o in options if not o.get("ended")] or [o["value"] for o in options][:1]
@@ -51,10 +54,10 @@ def layout(app_ctx) -> html.Div:
     ])])
 
 
-def _options(app_ctx) -> list[dict[str, Any]]:
+def _options(ctx: AppContext) -> list[dict[str, Any]]:
     """Attachments live now, then the 10 most recent others."""
     now = time.time()
-    rows = app_ctx.reader.live.attachments()
+    rows = ctx.reader.live.attachments()
     live = [a for a in rows if a.is_live(now)]
     ended = [a for a in rows if not a.is_live(now)][:10]
     return ([{"value": a.id, "label": a.label} for a in live]
@@ -69,8 +72,8 @@ def _panel_key(aid: int, device: int) -> str:
     return f"{aid}-{device}"
 
 
-def _panel(app_ctx, aid: int, device: int) -> tuple[html.Section, dict[str, Any]]:
-    live = app_ctx.reader.live
+def _panel(ctx: AppContext, aid: int, device: int) -> tuple[html.Section, dict[str, Any]]:
+    live = ctx.reader.live
     att = live.attachment(aid)
     samples = live.samples(aid, device=device)
     ooms = live.events(aid, kind="oom")
@@ -86,7 +89,7 @@ def _panel(app_ctx, aid: int, device: int) -> tuple[html.Section, dict[str, Any]
     section = html.Section(className="fv-card fv-live-panel", children=[
         html.H3([f"{att.label} · device {device} ", badge]),
         html.Div(_figures_line(_last(samples)), id={"type": ids.LIVE_NOW, "index": key}, className="fv-live-now"),
-        html.Div(_alerts(app_ctx, ooms), id={"type": ids.LIVE_OOM_ALERT, "index": key}),
+        html.Div(_alerts(ctx, ooms), id={"type": ids.LIVE_OOM_ALERT, "index": key}),
         dcc.Graph(id={"type": ids.LIVE_CHART, "index": key}, figure=fig, config={"displaylogo": False}),
         html.Div(className="fv-controls", children=[
             html.Button("Save snapshot with trace", id={"type": ids.LIVE_SAVE, "index": key}, n_clicks=0),
@@ -127,10 +130,10 @@ def _figures_line(s: dict[str, Any] | None, now: float | None = None) -> Any:
             html.Span(" · last known: " + " · ".join(parts), className="fv-stale")]
 
 
-def _alerts(app_ctx, ooms: list) -> list:
+def _alerts(ctx: AppContext, ooms: list) -> list:
     out = []
     for e in ooms[-3:]:
-        verdict = _verdict(app_ctx, e.snapshot_id)
+        verdict = _verdict(ctx, e.snapshot_id)
         when = time.strftime("%H:%M:%S", time.localtime(e.t))
         link = dcc.Link(f"open the OOM snapshot ({e.snapshot_id})", href=f"/snapshots/{e.snapshot_id}") \
             if e.snapshot_id else "the OOM snapshot could not be read"
@@ -139,11 +142,11 @@ def _alerts(app_ctx, ooms: list) -> list:
     return out
 
 
-def _verdict(app_ctx, sid: int | None) -> str:
+def _verdict(ctx: AppContext, sid: int | None) -> str:
     if sid is None:
         return ""
     try:
-        ooms = app_ctx.views.doctor(sid)
+        ooms = ctx.views.doctor(sid)
     except FragvizError as exc:
         return f"(no verdict: {exc})"
     if not ooms:
@@ -152,9 +155,9 @@ def _verdict(app_ctx, sid: int | None) -> str:
     return (f"{TITLES.get(o.verdict, o.verdict)} — {o.advice[0]}" if o.advice else TITLES.get(o.verdict, o.verdict))
 
 
-def _state_figures(app_ctx, aid: int, device: int, seen: float | None):
+def _state_figures(ctx: AppContext, aid: int, device: int, seen: float | None):
     """The segment map and gap histogram when the recorded segments changed since `seen`, else no_update."""
-    live = app_ctx.reader.live
+    live = ctx.reader.live
     if live.state_time(aid, device) in (None, seen):
         return no_update, no_update, seen
     t, segments = live.latest_state(aid, device)
@@ -168,41 +171,82 @@ def _state_figures(app_ctx, aid: int, device: int, seen: float | None):
     return seg_map, histogram, t
 
 
-def register(app, app_ctx) -> None:
+def attached(ctx: AppContext, target: str | None, token: str | None, chosen: list | None) -> tuple:
+    """The status line, the jobs to choose from and those chosen, once the server attaches to `target`."""
+    if not (target or "").strip():
+        return error_panel("enter the job's host:port, for example 127.0.0.1:9400"), no_update, no_update
+    try:
+        aid = ctx.live.attach(target, token or None)
+    except FragvizError as exc:
+        return error_panel(str(exc)), no_update, no_update
+    chosen = [c for c in (chosen or []) if c != aid] + [aid]
+    return f"attached to {target.strip()}: recording as attachment {aid}", _checklist(_options(ctx)), chosen
+
+
+def panels_of(ctx: AppContext, chosen: list | None) -> tuple:
+    """A panel per chosen attachment and device, and each panel's cursor (what its chart has drawn so far)."""
+    sections, cursors = [], {}
+    for aid in chosen or []:
+        if ctx.reader.live.attachment(aid) is None:
+            continue
+        for device in ctx.reader.live.devices(aid) or [0]:
+            section, cursor = _panel(ctx, aid, device)
+            sections.append(section)
+            cursors[_panel_key(aid, device)] = cursor
+    if not sections:
+        return html.P("No job chosen: attach to one above.", className="fv-hint"), {}
+    return sections, cursors
+
+
+def ticked(ctx: AppContext, cursors: dict | None, chart_ids: list[dict]) -> tuple:
+    """What one tick sends to every panel (new points, figures, alerts), and the cursors it moved."""
+    out: list[list] = [[], [], [], [], []]
+    # Only the cursors moved here are patched: `panels` may have added a panel's cursor while this tick was
+    # under way, and writing the whole dict back would drop it (that panel's chart would never grow).
+    moved = Patch()
+    for cid in chart_ids:
+        key = cid["index"]
+        cursor = dict((cursors or {}).get(key) or {})
+        if not cursor:
+            for column in out:
+                column.append(no_update)
+            continue
+        for column, value in zip(out, _advance(ctx, cursor)):
+            column.append(value)
+        moved[key] = cursor
+    return (*out, moved)
+
+
+def saved(ctx: AppContext, panel: str) -> Any:
+    """A full snapshot of the panel's job saved into the store: a link to it, or why not."""
+    aid = int(str(panel).split("-")[0])
+    try:
+        sid = ctx.live.save_snapshot(aid)
+    except (FragvizError, OSError) as exc:
+        return error_panel(str(exc))
+    if sid is None:
+        return error_panel("the snapshot could not be read (see the job's events)")
+    return dcc.Link(f"saved as snapshot {sid}: open it", href=f"/snapshots/{sid}")
+
+
+def register(app: dash.Dash, ctx: AppContext) -> None:
     @app.callback(Output(ids.LIVE_STATUS, "children"), Output(ids.LIVE_ATTACHMENTS, "options"),
                   Output(ids.LIVE_ATTACHMENTS, "value"), Input(ids.LIVE_ATTACH, "n_clicks"),
                   State(ids.LIVE_TARGET, "value"), State(ids.LIVE_TOKEN, "value"), State(ids.LIVE_ATTACHMENTS, "value"),
                   prevent_initial_call=True)
     def attach(_, target, token, chosen):
-        if not (target or "").strip():
-            return error_panel("enter the job's host:port, for example 127.0.0.1:9400"), no_update, no_update
-        try:
-            aid = app_ctx.live.attach(target, token or None)
-        except FragvizError as exc:
-            return error_panel(str(exc)), no_update, no_update
-        chosen = [c for c in (chosen or []) if c != aid] + [aid]
-        return f"attached to {target.strip()}: recording as attachment {aid}", _checklist(_options(app_ctx)), chosen
+        return attached(ctx, target, token, chosen)
 
     @app.callback(Output(ids.LIVE_ATTACHMENTS, "options", allow_duplicate=True), Input(ids.LIVE_INTERVAL, "n_intervals"),
                   State(ids.LIVE_ATTACHMENTS, "options"), prevent_initial_call=True)
     def refresh_jobs(_, current):
-        options = _checklist(_options(app_ctx))
+        options = _checklist(_options(ctx))
         return no_update if options == current else options
 
     @app.callback(Output(ids.LIVE_PANELS, "children"), Output(ids.LIVE_CURSOR, "data"),
                   Input(ids.LIVE_ATTACHMENTS, "value"))
     def panels(chosen):
-        sections, cursors = [], {}
-        for aid in chosen or []:
-            if app_ctx.reader.live.attachment(aid) is None:
-                continue
-            for device in app_ctx.reader.live.devices(aid) or [0]:
-                section, cursor = _panel(app_ctx, aid, device)
-                sections.append(section)
-                cursors[_panel_key(aid, device)] = cursor
-        if not sections:
-            return html.P("No job chosen: attach to one above.", className="fv-hint"), {}
-        return sections, cursors
+        return panels_of(ctx, chosen)
 
     @app.callback(Output({"type": ids.LIVE_CHART, "index": ALL}, "figure"),
                   Output({"type": ids.LIVE_NOW, "index": ALL}, "children"),
@@ -213,39 +257,17 @@ def register(app, app_ctx) -> None:
                   Input(ids.LIVE_INTERVAL, "n_intervals"), State(ids.LIVE_CURSOR, "data"),
                   State({"type": ids.LIVE_CHART, "index": ALL}, "id"), prevent_initial_call=True)
     def tick(_, cursors, chart_ids):
-        out = [[], [], [], [], []]
-        # Only the cursors moved here are patched: `panels` may have added a panel's cursor while this tick was
-        # under way, and writing the whole dict back would drop it (that panel's chart would never grow).
-        moved = Patch()
-        for cid in chart_ids:
-            key = cid["index"]
-            cursor = dict((cursors or {}).get(key) or {})
-            if not cursor:
-                for column in out:
-                    column.append(no_update)
-                continue
-            results = _advance(app_ctx, cursor)
-            for column, value in zip(out, results):
-                column.append(value)
-            moved[key] = cursor
-        return (*out, moved)
+        return ticked(ctx, cursors, chart_ids)
 
     @app.callback(Output({"type": ids.LIVE_SAVE_RESULT, "index": MATCH}, "children"),
                   Input({"type": ids.LIVE_SAVE, "index": MATCH}, "n_clicks"), prevent_initial_call=True)
     def save(_):
-        aid = int(str(ctx.triggered_id["index"]).split("-")[0])
-        try:
-            sid = app_ctx.live.save_snapshot(aid)
-        except (FragvizError, OSError) as exc:
-            return error_panel(str(exc))
-        if sid is None:
-            return error_panel("the snapshot could not be read (see the job's events)")
-        return dcc.Link(f"saved as snapshot {sid}: open it", href=f"/snapshots/{sid}")
+        return saved(ctx, dash_ctx.triggered_id["index"])
 
 
-def _advance(app_ctx, cursor: dict[str, Any]) -> tuple:
+def _advance(ctx: AppContext, cursor: dict[str, Any]) -> tuple:
     """What one tick sends for one panel; moves `cursor` past what it sent."""
-    live = app_ctx.reader.live
+    live = ctx.reader.live
     aid, device = cursor["aid"], cursor["device"]
     new = live.samples(aid, cursor["sample"], device=device)
     events = live.events(aid, cursor["event"])
@@ -263,7 +285,7 @@ def _advance(app_ctx, cursor: dict[str, Any]) -> tuple:
         cursor["sample"] = new["id"][-1]
         cursor["last"] = _last(new)
     now_line = _figures_line(cursor.get("last"))  # every tick: the age of the last sample keeps counting
-    alerts = _alerts(app_ctx, live.events(aid, kind="oom")) if new_ooms else no_update
-    seg_map, histogram, cursor["state"] = _state_figures(app_ctx, aid, device, cursor.get("state"))
+    alerts = _alerts(ctx, live.events(aid, kind="oom")) if new_ooms else no_update
+    seg_map, histogram, cursor["state"] = _state_figures(ctx, aid, device, cursor.get("state"))
     return patch, now_line, alerts, seg_map, histogram
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import dash
 from dash import Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 
 from fragviz.allocator.config import parse_alloc_conf
@@ -18,19 +19,21 @@ from fragviz.simulate.whatif import UNKNOWN, refusal_for, simulate_device
 from fragviz.ui import ids
 from fragviz.ui.figures.whatif import overlay_figure
 from fragviz.ui.data.whatif_runs import WhatIfRun
-from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, opening_device, query_int
-from fragviz.ui.pages.snapshot import sid_of
+from fragviz.ui.context import AppContext
+from fragviz.ui.pages.common import (card, error_page, error_panel, fb, header, make_search, opening_device,
+                                     query_int, sid_of)
 from fragviz.base.units import parse_size
 
+PATH = "/whatif/"  # the page's prefix: /whatif/<id>
 MAX_POINTS = 2000
 
 
-def layout(app_ctx, pathname: str, search: str | None) -> html.Div:
+def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Div:
     sid = sid_of(pathname)
     try:
-        row = app_ctx.reader.snapshot_row(sid)
+        row = ctx.reader.snapshot_row(sid)
     except FragvizError as exc:
-        return html.Div([header(), html.Main(className="fv-main", children=[error_panel(str(exc))])])
+        return error_page(str(exc))
     device = opening_device(row.devices, row.summary, query_int(search, "device"))
     title = html.H2(["What if… ", dcc.Link(row.name.rsplit("/", 1)[-1], id=ids.WHATIF_SNAPSHOT_LINK,
                                            href=snapshot_href(sid, device))])
@@ -87,12 +90,13 @@ def _controls(device: int) -> list:
     ]
 
 
-def _simulate(app_ctx, sid: int, device: int, conf: str, memory: int | None, job: WhatIfRun) -> tuple[dict, dict | None]:
-    """The work of one job: the what-if as JSON, and the simulated series to draw (None when refused)."""
-    analysis = app_ctx.views.analysis(sid)
+def _simulate(ctx: AppContext, sid: int, device: int, conf: str, memory: int | None,
+              run: WhatIfRun) -> tuple[dict, dict | None]:
+    """The work of one run: the what-if as JSON, and the simulated series to draw (None when refused)."""
+    analysis = ctx.views.analysis(sid)
     label = conf or "the default settings"
     (result,) = simulate_device(analysis, device, [(label, parse_alloc_conf(conf))], memory,
-                                series_points=MAX_POINTS, progress=job.set_progress)
+                                series_points=MAX_POINTS, progress=run.set_progress)
     return result.as_dict(), result.series
 
 
@@ -125,10 +129,55 @@ def _result_panel(d: dict[str, Any]) -> html.Div:
 
 def _page_sid(pathname: str | None) -> int | None:
     """The snapshot id of a what-if page's path; None off one (the page's own Location hears a jump away)."""
-    return sid_of(pathname) if (pathname or "").startswith("/whatif/") else None
+    return sid_of(pathname) if (pathname or "").startswith(PATH) else None
 
 
-def register(app, app_ctx) -> None:
+def chosen_device(ctx: AppContext, picked: int | None, chose: bool, search: str | None, pathname: str | None) -> tuple:
+    """The body, the URL's query, the picker and the title's link for the device picked on the page (`chose`) or
+    named by the URL (Back, Forward)."""
+    sid = _page_sid(pathname)
+    if sid is None:
+        return no_update, no_update, no_update, no_update
+    row = ctx.reader.snapshot_row(sid)
+    from_url = opening_device(row.devices, row.summary, query_int(search, "device"))
+    device = picked if chose else from_url
+    new_search = make_search(device=device)
+    return (body(row.summary, device), new_search if chose and new_search != search else no_update,
+            no_update if device == picked else device, snapshot_href(sid, device))
+
+
+def started(ctx: AppContext, conf: str | None, memory: str | None, device: int, pathname: str | None) -> tuple:
+    """A simulation started in the background: its run id, the poll switched on, and a progress bar; or why not."""
+    try:
+        parse_alloc_conf(conf or "")
+        capacity = parse_size(memory) if memory else None
+        sid = sid_of(pathname)
+        run_id = ctx.whatif_runs.start(lambda run: _simulate(ctx, sid, device, conf or "", capacity, run), "whatif")
+    except FragvizError as exc:
+        return no_update, True, error_panel(str(exc))
+    return run_id, False, html.Div([html.Progress(value="0", max="100"), f" simulating cuda:{device}…"])
+
+
+def polled(ctx: AppContext, run_id: str | None, pathname: str | None) -> tuple:
+    """The status, the figure and whether to poll on, for the run's progress or its result."""
+    run = ctx.whatif_runs.read(run_id or "")
+    if run is None:
+        return no_update, no_update, True
+    if not run.done:
+        pct = int(100 * run.progress)
+        return html.Div([html.Progress(value=str(pct), max="100"), f" simulating… {pct}%"]), no_update, False
+    if run.error:
+        return error_panel(run.error), no_update, True
+    result, curve = run.result
+    if curve is None:
+        return _result_panel(result), no_update, True
+    # the device the run simulated, whatever the picker says now
+    recorded = ctx.reader.timeline(sid_of(pathname), result["device"], max_points=MAX_POINTS)
+    ooms = [o["event"] for o in result["recorded"]["ooms"]]
+    return _result_panel(result), overlay_figure(recorded, curve, result["alloc_conf"], ooms), True
+
+
+def register(app: dash.Dash, ctx: AppContext) -> None:
     @app.callback(Output(ids.WHATIF_BODY, "children"), Output(ids.WHATIF_URL, "search"),
                   Output(ids.WHATIF_DEVICE, "value"), Output(ids.WHATIF_SNAPSHOT_LINK, "href"),
                   Input(ids.WHATIF_DEVICE, "value"), Input(ids.WHATIF_URL, "search"),
@@ -136,48 +185,19 @@ def register(app, app_ctx) -> None:
     def choose_device(picked, search, pathname):
         # A device picked on the page goes into the URL (a history entry); a URL reached by Back or Forward
         # moves the picker. The URL is never rewritten otherwise (see the snapshot page).
-        sid = _page_sid(pathname)
-        if sid is None:
-            return no_update, no_update, no_update, no_update
-        row = app_ctx.reader.snapshot_row(sid)
-        from_url = opening_device(row.devices, row.summary, query_int(search, "device"))
         chose = dash_ctx.triggered_id == ids.WHATIF_DEVICE and picked is not None
-        device = picked if chose else from_url
-        new_search = make_search(device=device)
-        return (body(row.summary, device), new_search if chose and new_search != search else no_update,
-                no_update if device == picked else device, snapshot_href(sid, device))
+        return chosen_device(ctx, picked, chose, search, pathname)
 
     @app.callback(Output(ids.WHATIF_JOB, "data"), Output(ids.WHATIF_POLL, "disabled"),
                   Output(ids.WHATIF_STATUS, "children"),
                   Input(ids.WHATIF_RUN, "n_clicks"), State(ids.WHATIF_CONF, "value"), State(ids.WHATIF_MEMORY, "value"),
                   State(ids.WHATIF_DEVICE, "value"), State(ids.URL, "pathname"), prevent_initial_call=True)
     def run(_, conf, memory, device, pathname):
-        try:
-            parse_alloc_conf(conf or "")
-            capacity = parse_size(memory) if memory else None
-            sid = sid_of(pathname)
-            job = app_ctx.whatif_runs.start(lambda j: _simulate(app_ctx, sid, device, conf or "", capacity, j), "whatif")
-        except FragvizError as exc:
-            return no_update, True, error_panel(str(exc))
-        return job, False, html.Div([html.Progress(value="0", max="100"), f" simulating cuda:{device}…"])
+        return started(ctx, conf, memory, device, pathname)
 
     @app.callback(Output(ids.WHATIF_STATUS, "children", allow_duplicate=True), Output(ids.WHATIF_FIGURE, "figure"),
                   Output(ids.WHATIF_POLL, "disabled", allow_duplicate=True),
                   Input(ids.WHATIF_POLL, "n_intervals"), State(ids.WHATIF_JOB, "data"),
                   State(ids.URL, "pathname"), prevent_initial_call=True)
-    def poll(_, job_id, pathname):
-        job = app_ctx.whatif_runs.read(job_id or "")
-        if job is None:
-            return no_update, no_update, True
-        if not job.done:
-            pct = int(100 * job.progress)
-            return html.Div([html.Progress(value=str(pct), max="100"), f" simulating… {pct}%"]), no_update, False
-        if job.error:
-            return error_panel(job.error), no_update, True
-        result, curve = job.result
-        if curve is None:
-            return _result_panel(result), no_update, True
-        # the device the job ran on, whatever the picker says now
-        recorded = app_ctx.reader.timeline(sid_of(pathname), result["device"], max_points=MAX_POINTS)
-        ooms = [o["event"] for o in result["recorded"]["ooms"]]
-        return _result_panel(result), overlay_figure(recorded, curve, result["alloc_conf"], ooms), True
+    def poll(_, run_id, pathname):
+        return polled(ctx, run_id, pathname)

@@ -3,13 +3,14 @@ and linking to its state (the page at that device and event); other devices' OOM
 that showed another device's OOM unnamed would explain a state the page is not showing."""
 from __future__ import annotations
 
-from typing import Callable
-
+import dash
 from dash import Input, Output, State, dcc, html, no_update
 
 from fragviz.doctor import Diagnosis
 from fragviz.ui import ids
-from fragviz.ui.pages.common import make_search, verdict_card
+from fragviz.ui.context import AppContext
+from fragviz.ui.pages.common import card, make_search, verdict_card
+from fragviz.ui.pages.snapshot.view import page_sid
 
 TITLES = {"exhaustion": "True exhaustion", "fragmentation": "Fragmentation", "outside_pytorch":
           "Memory outside PyTorch", "capacity_cap": "A capacity cap"}
@@ -53,11 +54,15 @@ def verdicts_view(sid: int, device: int, ooms: list[Diagnosis]) -> html.Div:
     return html.Div([*here, *none_here, *_elsewhere(sid, device, ooms)])
 
 
-def register(app, app_ctx, page_sid: Callable[[str | None], int | None]) -> None:
+def oom_card() -> html.Section:
+    return card("Why it ran out of memory", dcc.Loading(html.Div(id=ids.OOM_VERDICT)))
+
+
+def register(app: dash.Dash, ctx: AppContext) -> None:
     @app.callback(Output(ids.OOM_VERDICT, "children"), Input(ids.DEVICE, "value"),
                   State(ids.SNAPSHOT_URL, "pathname"))
     def verdicts(device, pathname):
         sid = page_sid(pathname)
         if sid is None or device is None:
             return no_update
-        return verdicts_view(sid, device, app_ctx.views.doctor(sid))
+        return verdicts_view(sid, device, ctx.views.doctor(sid))

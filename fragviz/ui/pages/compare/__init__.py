@@ -4,23 +4,26 @@ difference by allocation site. The whole choice is in the URL:
 peak (its state of most allocated bytes), so /compare?a=ID&b=ID compares each at its peak."""
 from __future__ import annotations
 
+import dash
 from dash import Input, Output, State, dash_table, dcc, html, no_update
 
 from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
 from fragviz.ui.figures.compare import difference_figure
-from fragviz.ui.pages import compare_align
+from fragviz.ui.context import AppContext
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int
+from fragviz.ui.pages.compare import align as compare_align
 
+PATH = "/compare"  # a prefix, as it always was: /compare?a=...
 SIDES = (("A", "a", ids.COMPARE_A, ids.COMPARE_DEVICE_A, ids.COMPARE_EVENT_A),
          ("B", "b", ids.COMPARE_B, ids.COMPARE_DEVICE_B, ids.COMPARE_EVENT_B))
 
 
-def layout(app_ctx, search: str | None) -> html.Div:
-    rows = app_ctx.reader.list_snapshots()
+def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Div:
+    rows = ctx.reader.list_snapshots()
     options = [{"label": f"{r.id}: {r.name.rsplit('/', 1)[-1]}", "value": r.id} for r in rows]
     controls = [c for label, key, pick, dev, ev in SIDES
-                for c in _side_controls(app_ctx, search, options, label, key, pick, dev, ev)]
+                for c in _side_controls(ctx, search, options, label, key, pick, dev, ev)]
     return html.Div([header(), html.Main(className="fv-main", children=[
         html.H2("Compare"),
         card("States", html.Div(className="fv-controls", children=[*controls, compare_align.peaks_button()])),
@@ -35,10 +38,10 @@ def layout(app_ctx, search: str | None) -> html.Div:
     ])])
 
 
-def _side_controls(app_ctx, search, options, label, key, pick, dev, ev) -> list:
+def _side_controls(ctx: AppContext, search, options, label, key, pick, dev, ev) -> list:
     sid = query_int(search, key)
-    dev_options, device = device_choice(app_ctx, sid, query_int(search, "d" + key))
-    event = compare_align.resolved_event(app_ctx.compare, sid, device, query_int(search, "e" + key))
+    dev_options, device = device_choice(ctx, sid, query_int(search, "d" + key))
+    event = compare_align.resolved_event(ctx.compare, sid, device, query_int(search, "e" + key))
     return [
         html.Label([f"{label} ", dcc.Dropdown(id=pick, options=options, value=sid, className="fv-pick")]),
         html.Label(["device ", dcc.Dropdown(id=dev, options=dev_options, value=device, clearable=False,
@@ -50,22 +53,22 @@ def _side_controls(app_ctx, search, options, label, key, pick, dev, ev) -> list:
     ]
 
 
-def device_choice(app_ctx, sid: int | None, wanted: int | None) -> tuple[list[dict], int | None]:
+def device_choice(ctx: AppContext, sid: int | None, wanted: int | None) -> tuple[list[dict], int | None]:
     """The device picker of one side: the snapshot's devices, and `wanted` when it has it, else its first."""
     try:
-        devices = app_ctx.reader.snapshot_row(sid).devices if sid is not None else []
+        devices = ctx.reader.snapshot_row(sid).devices if sid is not None else []
     except FragvizError:
         devices = []
     value = wanted if wanted in devices else (devices[0] if devices else None)
     return [{"label": f"cuda:{d}", "value": d} for d in devices], value
 
 
-def _state(app_ctx, sid: int, device: int | None, event: int | None):
-    row = app_ctx.reader.snapshot_row(sid)
+def _state(ctx: AppContext, sid: int, device: int | None, event: int | None):
+    row = ctx.reader.snapshot_row(sid)
     if device not in row.devices:
         device = row.devices[0] if row.devices else 0
-    event = compare_align.resolved_event(app_ctx.compare, sid, device, event)
-    segments, fig, k = app_ctx.views.state(sid, device, event)
+    event = compare_align.resolved_event(ctx.compare, sid, device, event)
+    segments, fig, k = ctx.views.state(sid, device, event)
     return row, device, segments, fig, k
 
 
@@ -80,21 +83,37 @@ def _summary(label: str, row, device: int, fig, k: int) -> html.Section:
         for c in (html.Dt(name), html.Dd(v))]))
 
 
-def _difference(app_ctx, a: int, seg_a, b: int, seg_b) -> list[dict]:
-    sites_a = {r["site"]: r["bytes"] for r in app_ctx.views.top_sites(a, seg_a, limit=10**6)}
-    sites_b = {r["site"]: r["bytes"] for r in app_ctx.views.top_sites(b, seg_b, limit=10**6)}
+def _difference(ctx: AppContext, a: int, seg_a, b: int, seg_b) -> list[dict]:
+    sites_a = {r["site"]: r["bytes"] for r in ctx.views.top_sites(a, seg_a, limit=10**6)}
+    sites_b = {r["site"]: r["bytes"] for r in ctx.views.top_sites(b, seg_b, limit=10**6)}
     rows = [{"site": s, "bytes_a": sites_a.get(s, 0), "bytes_b": sites_b.get(s, 0)} for s in set(sites_a) | set(sites_b)]
     rows.sort(key=lambda r: -abs(r["bytes_b"] - r["bytes_a"]))
     return rows
 
 
-def register(app, app_ctx) -> None:
+def compared(ctx: AppContext, a, b, ea, eb, da, db) -> tuple:
+    """Both sides' summaries, the difference by site as a figure and as table rows; or why there are none."""
+    if a is None or b is None:
+        return html.P("Pick two snapshots (or the same one twice, at two events or devices)."), {}, []
+    try:
+        row_a, da, seg_a, fig_a, ka = _state(ctx, a, da, ea)
+        row_b, db, seg_b, fig_b, kb = _state(ctx, b, db, eb)
+    except FragvizError as exc:
+        return error_panel(str(exc)), {}, []
+    rows = _difference(ctx, a, seg_a, b, seg_b)
+    table = [{"site": r["site"], "a": fb(r["bytes_a"]), "b": fb(r["bytes_b"]), "delta": fb(r["bytes_b"] - r["bytes_a"]),
+              "delta_bytes": r["bytes_b"] - r["bytes_a"]} for r in rows]
+    summary = [_summary("A", row_a, da, fig_a, ka), _summary("B", row_b, db, fig_b, kb)]
+    return summary, difference_figure(rows, "A", "B"), table
+
+
+def register(app: dash.Dash, ctx: AppContext) -> None:
     for _label, _key, pick, dev, _ev in SIDES:
         # A new snapshot on one side: its own devices, the chosen one kept where it has it.
         app.callback(Output(dev, "options"), Output(dev, "value"), Input(pick, "value"), State(dev, "value"),
-                     prevent_initial_call=True)(lambda sid, current: device_choice(app_ctx, sid, current))
+                     prevent_initial_call=True)(lambda sid, current: device_choice(ctx, sid, current))
 
-    compare_align.register(app, app_ctx)
+    compare_align.register(app, ctx)
 
     @app.callback(Output(ids.URL, "search", allow_duplicate=True), *compare_align.SIDE_INPUTS,
                   Input(ids.COMPARE_ALIGN, "value"), State(ids.URL, "search"), prevent_initial_call="initial_duplicate")
@@ -110,15 +129,4 @@ def register(app, app_ctx) -> None:
                   Input(ids.COMPARE_EVENT_B, "value"), Input(ids.COMPARE_DEVICE_A, "value"),
                   Input(ids.COMPARE_DEVICE_B, "value"))
     def compare(a, b, ea, eb, da, db):
-        if a is None or b is None:
-            return html.P("Pick two snapshots (or the same one twice, at two events or devices)."), {}, []
-        try:
-            row_a, da, seg_a, fig_a, ka = _state(app_ctx, a, da, ea)
-            row_b, db, seg_b, fig_b, kb = _state(app_ctx, b, db, eb)
-        except FragvizError as exc:
-            return error_panel(str(exc)), {}, []
-        rows = _difference(app_ctx, a, seg_a, b, seg_b)
-        table = [{"site": r["site"], "a": fb(r["bytes_a"]), "b": fb(r["bytes_b"]), "delta": fb(r["bytes_b"] - r["bytes_a"]),
-                  "delta_bytes": r["bytes_b"] - r["bytes_a"]} for r in rows]
-        summary = [_summary("A", row_a, da, fig_a, ka), _summary("B", row_b, db, fig_b, kb)]
-        return summary, difference_figure(rows, "A", "B"), table
+        return compared(ctx, a, b, ea, eb, da, db)

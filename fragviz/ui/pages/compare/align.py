@@ -3,11 +3,13 @@ each side's selected state marked on it, a click there selecting the state of ea
 the button that puts each side at its own peak."""
 from __future__ import annotations
 
-from dash import Input, Output, State, ctx, dcc, html, no_update
+import dash
+from dash import Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 
 from fragviz.replay.align import AXES, AlignmentRefused
 from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
+from fragviz.ui.context import AppContext
 from fragviz.ui.data.compare import AlignedSide, CompareViews
 from fragviz.ui.figures.compare import SideSeries, aligned_figure
 from fragviz.ui.pages.common import card, query
@@ -92,8 +94,8 @@ def _clicked(cv: CompareViews, click: dict | None, a, da, b, db, axis: str) -> t
     return tuple(cv.state_at(side, x) for side in sides)
 
 
-def register(app, app_ctx) -> None:
-    cv = app_ctx.compare
+def register(app: dash.Dash, ctx: AppContext) -> None:
+    cv = ctx.compare
 
     @app.callback(Output(ids.COMPARE_ALIGNED, "figure"), Output(ids.COMPARE_ALIGNED, "style"),
                   Output(ids.COMPARE_ALIGNED_NOTE, "children"),
@@ -109,7 +111,7 @@ def register(app, app_ctx) -> None:
                   Input(ids.COMPARE_B, "value"), Input(ids.COMPARE_DEVICE_B, "value"),
                   State(ids.COMPARE_ALIGN, "value"), prevent_initial_call=True)
     def choose_events(_clicks, click, a, da, b, db, axis):
-        fired = set(ctx.triggered_prop_ids.values())
+        fired = set(dash_ctx.triggered_prop_ids.values())
         if ids.COMPARE_ALIGNED in fired:
             return _clicked(cv, click, a, da, b, db, axis if axis in AXES else "event")
         peak_a, peak_b = cv.peak_or_none(a, da), cv.peak_or_none(b, db)
