@@ -74,7 +74,7 @@ def test_time_alignment_is_refused_where_a_side_has_no_times(built):
 def test_time_alignment_finds_the_state_current_at_a_time(built):
     cv = built["cv"]
     side = cv.side("C", built["c"], 0, "time")
-    assert side.timeline["bucket"] > 1  # summarised: the state is looked up again among its bucket's
+    assert side.timeline.bucket > 1  # summarised: the state is looked up again among its bucket's
     with open(real(OTHER_RUN), "rb") as fh:
         times = np.array([e["time_us"] for e in pickle.load(fh)["device_traces"][0]], np.int64)
     stamped = np.concatenate([times[:1], times])  # state K is stamped with event K - 1's time, state 0 with event 0's

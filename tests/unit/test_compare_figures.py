@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from fragviz.model.lod import Timeline
 from fragviz.ui.figures.compare import SIDE_COLORS, SideSeries, aligned_figure
 
 MiB = 2**20
 
 
-def timeline(starts: list[int], allocated: list[int], reserved: list[int], bucket: int = 1) -> dict:
-    return {"bucket": bucket, "start": np.array(starts), "allocated_max": np.array(allocated),
-            "reserved_max": np.array(reserved)}
+def timeline(starts: list[int], allocated: list[int], reserved: list[int], bucket: int = 1) -> Timeline:
+    maxs = {"allocated": np.array(allocated), "reserved": np.array(reserved)}
+    return Timeline(bucket, np.array(starts), maxs, maxs)
 
 
 def test_both_sides_on_the_shared_axis_with_their_selected_states():

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from fragviz.model import Block, BlockState, Frame, Segment
+from fragviz.model.lod import Timeline
 from fragviz.library import AnnotationSpan
 from fragviz.ui.figures.gaps import gap_histogram_figure, pow2_label
 from fragviz.ui.figures.segments import segment_axis_figure, segment_map_figure
@@ -13,13 +14,12 @@ from fragviz.ui.figures.timeline import timeline_figure
 MiB = 1024**2
 
 
-def timeline_record(bucket: int, n: int) -> dict:
-    rec = {"bucket": bucket, "start": np.arange(0, n * bucket, bucket)}
-    for k in ("allocated", "requested", "reserved", "free"):
-        rec[k + "_min"] = np.full(n, MiB)
-        rec[k + "_max"] = np.full(n, 3 * MiB)
-    rec["fragmentation_min"] = rec["fragmentation_max"] = np.full(n, 0.5)
-    return rec
+def timeline_record(bucket: int, n: int, time_us: list[int] | None = None) -> Timeline:
+    figures = ("allocated", "requested", "reserved", "free")
+    mins = {k: np.full(n, MiB) for k in figures} | {"fragmentation": np.full(n, 0.5)}
+    maxs = {k: np.full(n, 3 * MiB) for k in figures} | {"fragmentation": np.full(n, 0.5)}
+    times, t0 = (None, None) if time_us is None else (np.array(time_us), time_us[0])
+    return Timeline(bucket, np.arange(0, n * bucket, bucket), mins, maxs, times, t0)
 
 
 def test_timeline_draws_min_and_max_bands_when_summarised():
@@ -87,9 +87,7 @@ def test_icicle_values_add_up():
 
 
 def test_timeline_by_time_carries_events_in_customdata():
-    rec = timeline_record(1, 4)
-    rec["time_us_min"] = np.array([10_000_000, 10_500_000, 12_000_000, 13_000_000])
-    rec["t0_us"] = 10_000_000
+    rec = timeline_record(1, 4, [10_000_000, 10_500_000, 12_000_000, 13_000_000])
     fig = timeline_figure(rec, {"oom": [2]}, event=2, axis="time")
     assert list(fig.data[0].x) == [0.0, 0.5, 2.0, 3.0] and list(fig.data[0].customdata) == [0, 1, 2, 3]
     assert fig.layout.xaxis.title.text == "seconds since the first event"
@@ -119,9 +117,7 @@ def test_timeline_draws_steps_and_round_fragmentation_ticks():
 
 
 def test_timeline_draws_annotated_spans_by_event_and_by_time():
-    rec = timeline_record(1, 6)
-    rec["time_us_min"] = np.array([0, 1_000, 2_000, 3_000, 4_000, 5_000]) + 10_000_000
-    rec["t0_us"] = 10_000_000
+    rec = timeline_record(1, 6, [10_000_000 + t for t in (0, 1_000, 2_000, 3_000, 4_000, 5_000)])
     spans = [AnnotationSpan("forward", 1, 3, 10_000_500, 10_002_500),
              AnnotationSpan("Optimizer.step#AdamW.step", 4, 6, 10_003_500, 10_005_000, closed=False)]
     by_event = timeline_figure(rec, {}, event=None, spans=spans)

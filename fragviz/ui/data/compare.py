@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
+from fragviz.model.lod import Timeline
 from fragviz.replay.align import Alignment, by_event, by_markers, by_time, step_markers
 from fragviz.base.errors import FragvizError
 from fragviz.ui.data.views import Views
@@ -24,13 +24,13 @@ class AlignedSide:
     sid: int
     device: int
     axis: str
-    timeline: dict[str, Any]
+    timeline: Timeline
     alignment: Alignment
     markers: str  # what the step markers are ("" unless aligned by step)
 
     @property
     def x(self) -> np.ndarray:
-        return self.alignment.position(self.timeline["start"])
+        return self.alignment.position(self.timeline.start)
 
 
 class CompareViews:
@@ -57,7 +57,7 @@ class CompareViews:
         last = reader.trace_length(sid, device)
         if axis == "time":
             return AlignedSide(label, sid, device, axis, tl,
-                               by_time(tl["start"], tl.get("time_us_min"), tl.get("t0_us"), last), "")
+                               by_time(tl.start, tl.time_us, tl.t0_us, last), "")
         if axis == "step":
             spans = self.views.annotation_spans(sid, device)
             markers, what = step_markers(self.views.markers(sid, device, MARKER_LIMIT)["snapshot"],
@@ -69,11 +69,11 @@ class CompareViews:
         """The state current at shared-axis position `x`; by time on a summarised timeline, looked up again
         among the states of the bucket the summary puts it in."""
         state = side.alignment.state_at(x)
-        bucket = int(side.timeline["bucket"])
+        bucket = side.timeline.bucket
         if side.axis != "time" or bucket == 1:
             return state
         lo = state - state % bucket
         hi = min(lo + bucket, side.alignment.last)
         fine = self.views.reader.timeline(side.sid, side.device, lo, hi, max_points=bucket + 1)
-        exact = by_time(fine["start"], fine.get("time_us_min"), side.timeline.get("t0_us"), hi)
+        exact = by_time(fine.start, fine.time_us, side.timeline.t0_us, hi)
         return max(exact.state_at(x), lo)

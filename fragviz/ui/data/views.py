@@ -59,13 +59,13 @@ class Views:
     def peak_event(self, sid: int, device: int) -> int:
         tl = self.reader.timeline(sid, device, max_points=10**9 if self.reader.trace_length(sid, device) < 200000
                                   else 4000)
-        values = tl["allocated_max"]
+        values = tl.maxs["allocated"]
         i = int(values.argmax()) if len(values) else 0
-        if tl["bucket"] == 1:
-            return int(tl["start"][i])
-        lo = int(tl["start"][i])
-        fine = self.reader.timeline(sid, device, lo, lo + tl["bucket"], max_points=tl["bucket"] + 1)
-        return int(fine["start"][int(fine["allocated_max"].argmax())])
+        if tl.bucket == 1:
+            return int(tl.start[i])
+        lo = int(tl.start[i])
+        fine = self.reader.timeline(sid, device, lo, lo + tl.bucket, max_points=tl.bucket + 1)
+        return int(fine.start[int(fine.maxs["allocated"].argmax())])
 
 
 def gaps_of(segments: list[Segment]) -> list[int]:

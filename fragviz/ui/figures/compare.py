@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from fragviz.model.lod import Timeline
 from fragviz.replay.align import AXIS_TITLES
 from fragviz.base.units import MiB
 from fragviz.ui.figures.style import COLORS, unit_for
@@ -22,7 +23,7 @@ class SideSeries:
 
     label: str  # "A" or "B"
     x: np.ndarray
-    timeline: dict[str, Any]
+    timeline: Timeline
     event: int | None
     event_x: float | None
 
@@ -31,8 +32,8 @@ def aligned_figure(sides: Sequence[SideSeries], axis: str) -> go.Figure:
     """Allocated (solid) and reserved (dashed) bytes of each side over the shared axis (the max of each bucket
     where the timeline is summarised), a side per colour; a dotted line at each side's selected state.
     Every point's customdata is its state, so a click says where it is on its own trace."""
-    top = max([float(np.max(s.timeline[f + "_max"])) for s in sides for f in FIGURE_DASH
-               if len(s.timeline[f + "_max"])] or [0.0])
+    top = max([float(np.max(s.timeline.maxs[f])) for s in sides for f in FIGURE_DASH
+               if len(s.timeline.maxs[f])] or [0.0])
     scale, unit = unit_for(top)
     fig = go.Figure()
     for side in sides:
@@ -53,12 +54,12 @@ def aligned_figure(sides: Sequence[SideSeries], axis: str) -> go.Figure:
 
 def _line(side: SideSeries, figure: str, dash: str, scale: float, unit: str, axis: str) -> go.Scatter:
     where = {"event": "event %{x}", "time": "t+%{x:.3f} s", "step": "step %{x:.2f}"}[axis]
-    summarised = side.timeline["bucket"] > 1
+    summarised = side.timeline.bucket > 1
     return go.Scatter(
-        x=side.x, y=np.asarray(side.timeline[figure + "_max"]) / scale, mode="lines",
+        x=side.x, y=np.asarray(side.timeline.maxs[figure]) / scale, mode="lines",
         name=f"{side.label} {figure}", legendgroup=side.label,
         line=dict(color=SIDE_COLORS[side.label], dash=dash, width=1.5, shape="hv"),
-        customdata=np.asarray(side.timeline["start"]).tolist(),  # a plain list: clicks lose typed arrays
+        customdata=np.asarray(side.timeline.start).tolist(),  # a plain list: clicks lose typed arrays
         hovertemplate=f"{side.label} {figure}{' max' if summarised else ''} %{{y:.3f}} {unit}"
                       f"<extra>{side.label}: {where}, state %{{customdata}}</extra>")
 

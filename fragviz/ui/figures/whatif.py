@@ -1,32 +1,33 @@
 """The what-if page's figure: the recorded run and a simulated one over the same events."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
+from fragviz.model.lod import Timeline
 from fragviz.ui.figures.style import COLORS, FRACTION_TICKS, unit_for
 
 RUN_COLORS = {"recorded": "#E69F00", "simulated": "#0072B2"}  # one colour per run; the figure by line style
 MAX_OOM_LINES = 50
 
 
-def overlay_figure(recorded: dict[str, Any], simulated: dict[str, Any] | None, label: str,
+def overlay_figure(recorded: Timeline, simulated: Timeline | None, label: str,
                    recorded_ooms: Sequence[int] = ()) -> go.Figure:
     """Reserved bytes (solid) and fragmentation (dotted) of the recorded run and of a simulated one, over the
     same events, each run in its own colour; a dashed line at each recorded OOM (`recorded_ooms`: the trace
     indices of its `oom` events, the first labelled)."""
-    top = max(float(np.max(recorded["reserved_max"])) if len(recorded["reserved_max"]) else 0.0,
-              float(np.max(simulated["reserved_max"])) if simulated and len(simulated["reserved_max"]) else 0.0)
+    top = max([float(np.max(run.maxs["reserved"])) for run in (recorded, simulated)
+               if run is not None and len(run.maxs["reserved"])] or [0.0])
     scale, unit = unit_for(top)
     fig = go.Figure()
     for run, name, color in ((recorded, "recorded", RUN_COLORS["recorded"]), (simulated, label, RUN_COLORS["simulated"])):
-        if not run:
+        if run is None:
             continue
-        fig.add_trace(go.Scatter(x=run["start"], y=np.asarray(run["reserved_max"]) / scale, name=f"reserved, {name}",
+        fig.add_trace(go.Scatter(x=run.start, y=np.asarray(run.maxs["reserved"]) / scale, name=f"reserved, {name}",
                                    line=dict(color=color, width=2)))
-        fig.add_trace(go.Scatter(x=run["start"], y=run["fragmentation_max"], name=f"fragmentation, {name}",
+        fig.add_trace(go.Scatter(x=run.start, y=run.maxs["fragmentation"], name=f"fragmentation, {name}",
                                    yaxis="y2", line=dict(color=color, dash="dot", width=1.5)))
     for i, k in enumerate(list(recorded_ooms)[:MAX_OOM_LINES]):
         named = {"annotation": dict(text=f"recorded OOM (event {k})", font=dict(color=COLORS["oom"]),
