@@ -15,6 +15,7 @@ from typing import Any, Callable
 from flask import Blueprint, Flask, jsonify, request
 
 from fragviz.base.errors import FragvizError, NotFoundError, StoreBusyError, UsageError
+from fragviz.base.units import MiB
 from fragviz.library.ingest import IngestResult, ingest_file
 from fragviz.jobs.table import job_figures_of, ranks_csv
 from fragviz.doctor.report import report_of
@@ -25,7 +26,7 @@ from fragviz.ui.http.guard import ON_STOP
 from fragviz.ui.http.ingest_child import Abandoned, ChildIngest, Stopping, run_child
 from fragviz.ui.http.uploads import RETRY_AFTER, UploadRefused, Uploads, client_gone
 
-MAX_REQUEST_BODY = 16 * 1024**2  # any other request's body (Dash's callbacks send a few KiB)
+MAX_REQUEST_BODY = 16 * MiB  # any other request's body (Dash's callbacks send a few KiB)
 
 
 class Writer:

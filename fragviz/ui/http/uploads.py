@@ -34,9 +34,9 @@ from fragviz.base.settings import setting
 from fragviz.ui.http.ingest_child import stop_all
 from fragviz.ui.http.pace import PACE_KEY, TooSlow
 from fragviz.ui.http.spool import Spool
-from fragviz.base.units import format_bytes
+from fragviz.base.units import MiB, format_bytes
 
-CHUNK = 1024 * 1024
+CHUNK = MiB
 RETRY_AFTER = "5"  # seconds: a slot or the store's lock is usually free again by then
 UPLOAD_FIELD = "file"
 
