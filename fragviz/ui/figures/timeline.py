@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from html import escape
-from typing import Any, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -50,6 +50,27 @@ def timeline_figure(tl: Timeline, markers: dict[str, list[int]], event: int | No
     extent = (float(x_range[0]), float(x_range[1])) if x_range else (
         (float(x[0]), float(x[-1])) if len(x) else (0.0, 1.0))
     _add_spans(fig, spans, tl.t0_us if timed else None, extent)
+    _add_memory(fig, tl, x, custom, scale, unit, when)
+    to_x = (lambda events: np.interp(events, starts, seconds)) if timed else (lambda events: events)
+    _add_markers(fig, {k: list(to_x(np.asarray(v))) if v else [] for k, v in markers.items()},
+                 {k: v for k, v in markers.items()} if timed else None)
+    if event is not None:
+        fig.add_vline(x=float(to_x(np.asarray([event]))[0]), line=dict(color=COLORS["selected"], width=1))
+    fig.update_layout(
+        margin=dict(l=60, r=60, t=30, b=40), height=320, hovermode="x", uirevision=f"timeline-{axis}",
+        legend=dict(orientation="h", y=1.12, x=0), clickmode="event",
+        xaxis=dict(title="seconds since the first event" if timed else "event",
+                   range=list(x_range) if x_range else None),
+        yaxis=dict(title=unit, rangemode="tozero"),
+        yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], showgrid=False,
+                    **FRACTION_TICKS))
+    if timed:
+        fig.update_layout(meta={"event_seconds": {"events": starts.tolist(), "seconds": seconds.tolist()}})
+    return fig
+
+
+def _add_memory(fig: go.Figure, tl: Timeline, x, custom, scale: float, unit: str, when: str) -> None:
+    """The memory lines (a band between each bucket's min and max where summarised) and fragmentation."""
     for key, label in LABELS.items():
         hi = np.asarray(tl.maxs[key]) / scale
         lo = np.asarray(tl.mins[key]) / scale
@@ -68,22 +89,6 @@ def timeline_figure(tl: Timeline, markers: dict[str, list[int]], event: int | No
                              customdata=custom,
                              hovertemplate=f"fragmentation %{{y:.1%}} of reserved is free but non-releasable"
                                            f"<extra>{when}</extra>"))
-    to_x = (lambda events: np.interp(events, starts, seconds)) if timed else (lambda events: events)
-    _add_markers(fig, {k: list(to_x(np.asarray(v))) if v else [] for k, v in markers.items()},
-                 {k: v for k, v in markers.items()} if timed else None)
-    if event is not None:
-        fig.add_vline(x=float(to_x(np.asarray([event]))[0]), line=dict(color=COLORS["selected"], width=1))
-    fig.update_layout(
-        margin=dict(l=60, r=60, t=30, b=40), height=320, hovermode="x", uirevision=f"timeline-{axis}",
-        legend=dict(orientation="h", y=1.12, x=0), clickmode="event",
-        xaxis=dict(title="seconds since the first event" if timed else "event",
-                   range=list(x_range) if x_range else None),
-        yaxis=dict(title=unit, rangemode="tozero"),
-        yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], showgrid=False,
-                    **FRACTION_TICKS))
-    if timed:
-        fig.update_layout(meta={"event_seconds": {"events": starts.tolist(), "seconds": seconds.tolist()}})
-    return fig
 
 
 SPAN_COLOR = "rgba(86, 180, 233, 0.16)"
