@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fragviz.base.transition import KeyedForTransition
 from fragviz.doctor.message import ProcessUse
 from fragviz.model import FormatInfo
 from fragviz.model.metrics import PoolFigures
@@ -20,7 +19,7 @@ PUBLIC_KEYS = ("verdict", "device", "requested_bytes", "reserved_bytes", "alloca
 
 
 @dataclass(frozen=True)
-class RecordedPeaks(KeyedForTransition):
+class RecordedPeaks:
     """The recording's figures beside a doctor's what-if."""
 
     peak_reserved_bytes: int
@@ -33,7 +32,7 @@ class RecordedPeaks(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class BaselinePeaks(KeyedForTransition):
+class BaselinePeaks:
     """The same workload simulated under the recorded settings."""
 
     peak_reserved_bytes: int
@@ -44,7 +43,7 @@ class BaselinePeaks(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class WhatIfEntry(KeyedForTransition):
+class WhatIfEntry:
     """One suggested setting simulated on the trace (`status` "simulated"), or why it cannot be ("cannot_answer",
     with `reason`; the figures are then None)."""
 
@@ -74,7 +73,7 @@ class WhatIfEntry(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class Diagnosis(KeyedForTransition):
+class Diagnosis:
     """One OOM's verdict, figures (None where not read) and advice; `warnings` say what limits the diagnosis,
     `notes` what the state read holds besides. `event` is the snapshot's `oom` entry, None for a message."""
 
@@ -109,7 +108,7 @@ class Diagnosis(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class DeviceReport(KeyedForTransition):
+class DeviceReport:
     """One device's figures in the report: its state (final, or after the events asked for), the trace's peaks,
     its pools, pending frees and memory by kind. `trace_actions` counts the trace's entries by action; `kinds`
     and `kinds_at_peak` give bytes by kind of allocation, `kind_notes` what a kind's figure rests on."""
@@ -170,7 +169,7 @@ def pool_dict(p: PoolFigures) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Report(KeyedForTransition):
+class Report:
     """The report of a snapshot: where it came from, its format, what limits it, and its devices."""
 
     source: str

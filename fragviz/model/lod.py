@@ -11,15 +11,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fragviz.base.transition import KeyedForTransition
-
 LEVEL_BASE = 16
 LEVEL_FACTOR = 4
 FIGURES = ("allocated", "requested", "reserved", "free", "non_releasable", "fragmentation", "free_scatter")
 
 
 @dataclass(frozen=True, eq=False)
-class Timeline(KeyedForTransition):
+class Timeline:
     """Figures over a range of states, as a timeline draws them: every state (`bucket` 1), or the min and max of
     each bucket of `bucket` states. `start` is the first state of each point; `mins` and `maxs` hold each figure's
     series by its name (FIGURES, or a what-if's "reserved" and "fragmentation"); `time_us` the time of each point's
@@ -47,18 +45,6 @@ class Timeline(KeyedForTransition):
         if self.time_us is not None:
             out["time_us_min"], out["t0_us"] = self.time_us, self.t0_us
         return out
-
-    def __getitem__(self, key: str) -> Any:  # transition: the old dict's keys
-        try:
-            return self.columns()[key]
-        except KeyError:
-            return super().__getitem__(key)
-
-    def get(self, key: str, default: Any = None) -> Any:  # transition
-        return self.columns().get(key, default)
-
-    def __contains__(self, key: str) -> bool:  # transition
-        return key in self.columns()
 
 
 def per_event(series: dict[str, np.ndarray], time_us: np.ndarray | None = None) -> dict[str, np.ndarray]:

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fragviz.allocator.config import AllocatorSettings
-from fragviz.base.transition import KeyedForTransition
 from fragviz.model.lod import Timeline
 
 SIMULATED, CANNOT_ANSWER = "simulated", "cannot_answer"
@@ -16,7 +15,7 @@ AVOIDS_OOM, STILL_OOMS, NO_OOM, UNKNOWN = "avoids_oom", "still_ooms", "no_oom", 
 
 
 @dataclass(frozen=True)
-class DeviceMemory(KeyedForTransition):
+class DeviceMemory:
     bytes: int | None
     source: str  # how the size is known: "given", "the first recorded OOM", or "unknown"
 
@@ -25,7 +24,7 @@ class DeviceMemory(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class OomAt(KeyedForTransition):
+class OomAt:
     """One OOM of a run: the event, what it asked for, and the allocator's state then."""
 
     event: int
@@ -39,7 +38,7 @@ class OomAt(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class RunFigures(KeyedForTransition):
+class RunFigures:
     """A run's figures, recorded or simulated: peaks, the final fragmentation, the OOMs (at most a free-run's
     MAX_OOMS of them listed; `oom_count` counts them all)."""
 
@@ -60,7 +59,7 @@ class RunFigures(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class StartState(KeyedForTransition):
+class StartState:
     """What a simulation inherits at the start of the trace, and the notes on what that limits."""
 
     inherited: bool
@@ -78,7 +77,7 @@ class StartState(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class CertainOom(KeyedForTransition):
+class CertainOom:
     """The trace's largest single request, larger than the device: an OOM no setting can avoid."""
 
     event: int
@@ -91,7 +90,7 @@ class CertainOom(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class DeviceWhatIf(KeyedForTransition):
+class DeviceWhatIf:
     """One device under one setting: refused with a reason, or simulated next to the recording. `series` holds the
     simulated run's figures to draw, where they were asked for (simulate_device's `series_points`)."""
 
@@ -129,7 +128,7 @@ class DeviceWhatIf(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class WhatIfResult(KeyedForTransition):
+class WhatIfResult:
     """Every device free-run under one setting (`what_if`)."""
 
     devices: tuple[DeviceWhatIf, ...]
@@ -139,7 +138,7 @@ class WhatIfResult(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class Reservation(KeyedForTransition):
+class Reservation:
     """An expandable segment's reservation, read from the trace: where it starts and how far it may grow."""
 
     base: int
@@ -152,7 +151,7 @@ class Reservation(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class Mismatch(KeyedForTransition):
+class Mismatch:
     """A recorded event the model predicted otherwise. `recorded` and `predicted` are the figures compared
     (addresses and sizes, by name), or a sentence where there was nothing to predict; the text shows them as read."""
 
@@ -166,7 +165,7 @@ class Mismatch(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class DeviceFollow(KeyedForTransition):
+class DeviceFollow:
     """Follow mode's scores on one device: how often the model predicted what the allocator did."""
 
     device: int
@@ -194,7 +193,7 @@ class DeviceFollow(KeyedForTransition):
 
 
 @dataclass(frozen=True)
-class FollowResult(KeyedForTransition):
+class FollowResult:
     """Follow mode on every device (`follow`)."""
 
     devices: tuple[DeviceFollow, ...]

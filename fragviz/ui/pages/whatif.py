@@ -7,15 +7,14 @@ not computed. Without a device in the URL the page opens on the device of the fi
 does); only a device picked on the page goes into the URL."""
 from __future__ import annotations
 
-from typing import Any
-
 import dash
 from dash import Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 
 from fragviz.allocator.config import parse_alloc_conf
 from fragviz.base.errors import FragvizError
 from fragviz.store.records import Summary
-from fragviz.simulate.whatif import UNKNOWN, refusal_for, simulate_device
+from fragviz.simulate.records import RunFigures
+from fragviz.simulate.whatif import SIMULATED, UNKNOWN, DeviceWhatIf, refusal_for, simulate_device
 from fragviz.ui import ids
 from fragviz.ui.figures.whatif import overlay_figure
 from fragviz.ui.data.whatif_runs import WhatIfRun
@@ -91,38 +90,38 @@ def _controls(device: int) -> list:
 
 
 def _simulate(ctx: AppContext, sid: int, device: int, conf: str, memory: int | None,
-              run: WhatIfRun) -> tuple[dict, dict | None]:
-    """The work of one run: the what-if as JSON, and the simulated series to draw (None when refused)."""
+              run: WhatIfRun) -> DeviceWhatIf:
+    """The work of one run: the device's what-if, with the simulated series to draw (none when refused)."""
     analysis = ctx.views.analysis(sid)
     label = conf or "the default settings"
     (result,) = simulate_device(analysis, device, [(label, parse_alloc_conf(conf))], memory,
                                 series_points=MAX_POINTS, progress=run.set_progress)
-    return result.as_dict(), result.series
+    return result
 
 
-def _ooms(run: dict[str, Any], known: bool) -> str:
-    if run["ooms"]:
-        return f"{len(run['ooms'])} OOM(s), the first at event {run['ooms'][0]['event']}"
+def _ooms(run: RunFigures, known: bool) -> str:
+    if run.ooms:
+        return f"{len(run.ooms)} OOM(s), the first at event {run.ooms[0].event}"
     return "no OOM" if known else "not simulated (device size unknown)"
 
 
-def _result_panel(d: dict[str, Any]) -> html.Div:
+def _result_panel(d: DeviceWhatIf) -> html.Div:
     """The recording and the simulations side by side, then what the simulation can claim."""
-    if d["status"] != "simulated":
-        return html.Div([f"Cannot simulate cuda:{d['device']}: ", d["reason"], "."], className="fv-cannot")
-    known = d["device_memory"]["bytes"] is not None
-    rows = [("recorded", d["recorded"], True), ("simulated, recorded settings", d["baseline"], known),
-            (f"simulated, {d['alloc_conf']}", d, known)]
+    if d.status != SIMULATED:
+        return html.Div([f"Cannot simulate cuda:{d.device}: ", d.reason, "."], className="fv-cannot")
+    known = d.memory.bytes is not None
+    rows = [("recorded", d.recorded, True), ("simulated, recorded settings", d.baseline, known),
+            (f"simulated, {d.label}", d.given, known)]
     table = html.Table(className="fv-whatif-table", children=[
         html.Thead(html.Tr([html.Th(h) for h in ("run", "peak reserved", "peak requested", "OOMs")])),
-        html.Tbody([html.Tr([html.Td(name), html.Td(fb(r["peak_reserved_bytes"])),
-                             html.Td(fb(r["peak_requested_bytes"])), html.Td(_ooms(r, k))]) for name, r, k in rows])])
-    memory = (f"Device size {fb(d['device_memory']['bytes'])} ({d['device_memory']['source']})." if known else
+        html.Tbody([html.Tr([html.Td(name), html.Td(fb(r.peak_reserved_bytes)),
+                             html.Td(fb(r.peak_requested_bytes)), html.Td(_ooms(r, k))]) for name, r, k in rows])])
+    memory = (f"Device size {fb(d.memory.bytes)} ({d.memory.source})." if known else
               "Device size unknown: give one above to ask about OOMs.")
-    claim = html.P([html.Strong("Cannot tell: " if d["outcome"] == UNKNOWN else "Result: "), d["claim"], "."],
+    claim = html.P([html.Strong("Cannot tell: " if d.outcome == UNKNOWN else "Result: "), d.claim, "."],
                    className="fv-claim")
-    notes = [html.P(["Note: ", n], className="fv-note") for n in d["start"]["notes"]]
-    where = html.P(f"On cuda:{d['device']}: its recorded run, and its workload simulated.",
+    notes = [html.P(["Note: ", n], className="fv-note") for n in d.start.notes]
+    where = html.P(f"On cuda:{d.device}: its recorded run, and its workload simulated.",
                    className="fv-whatif-device")
     return html.Div([where, html.P(memory), table, claim, *notes])
 
@@ -168,13 +167,13 @@ def polled(ctx: AppContext, run_id: str | None, pathname: str | None) -> tuple:
         return html.Div([html.Progress(value=str(pct), max="100"), f" simulating… {pct}%"]), no_update, False
     if run.error:
         return error_panel(run.error), no_update, True
-    result, curve = run.result
-    if curve is None:
+    result: DeviceWhatIf = run.result
+    if result.series is None:
         return _result_panel(result), no_update, True
     # the device the run simulated, whatever the picker says now
-    recorded = ctx.reader.timeline(sid_of(pathname), result["device"], max_points=MAX_POINTS)
-    ooms = [o["event"] for o in result["recorded"]["ooms"]]
-    return _result_panel(result), overlay_figure(recorded, curve, result["alloc_conf"], ooms), True
+    recorded = ctx.reader.timeline(sid_of(pathname), result.device, max_points=MAX_POINTS)
+    ooms = [o.event for o in result.recorded.ooms]
+    return _result_panel(result), overlay_figure(recorded, result.series, result.label, ooms), True
 
 
 def register(app: dash.Dash, ctx: AppContext) -> None:

@@ -59,9 +59,9 @@ def draw_timeline(ctx: AppContext, sid: int, device: int, event: int, lo: int | 
 def _time_map(ctx: AppContext, sid: int, device: int):
     """(event starts, seconds since the first event) over the whole trace, coarse: to turn one into the other."""
     tl = ctx.reader.timeline(sid, device, max_points=5000)
-    if tl.get("t0_us") is None:
+    if tl.t0_us is None or tl.time_us is None:
         return None
-    return np.asarray(tl["start"]), (np.asarray(tl["time_us_min"]) - tl["t0_us"]) / 1e6
+    return np.asarray(tl.start), (np.asarray(tl.time_us) - tl.t0_us) / 1e6
 
 
 def _seconds(ctx: AppContext, sid: int, device: int, events: list[int]) -> list[float] | None:
