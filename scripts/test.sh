@@ -7,8 +7,8 @@
 #   --quick   the fast tiers only: unit tests and the integration tests that are neither slow nor on PostgreSQL,
 #             no browser (-m "not slow and not browser and not postgres"; tiers: tests/conftest.py); no
 #             PostgreSQL server is started for them. About two minutes on a 2-core machine.
-#   -n N      (pytest-xdist) N workers; add --dist loadgroup so the tests sharing a server or store stay on one
-#             worker (tests/conftest.py), as .ci/run does.
+#   -n N      (pytest-xdist) N workers; add --dist loadfile so the tests of a file, which may share a server or
+#             store, stay on one worker (tests/conftest.py), as .ci/run does.
 # Any other argument goes to pytest as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."

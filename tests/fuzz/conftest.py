@@ -7,7 +7,11 @@ import pytest
 
 from .harness import Pool
 
-DEADLINE_S = float(os.environ.get("FRAGVIZ_FUZZ_DEADLINE", 20))
+# A bound that tells a hang from slow work, never a measurement: 20 s of a core, scaled by the share of one this
+# run's worker gets when pytest-xdist runs more workers than there are cores (-n 4 on 2 cores: 40 s; the input
+# of 1,000,000 empty gzip members took over 20 s there)
+CORE_SHARE = max(1.0, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) / (os.cpu_count() or 1))
+DEADLINE_S = float(os.environ.get("FRAGVIZ_FUZZ_DEADLINE", 20)) * CORE_SHARE
 
 
 @pytest.fixture(scope="session")
