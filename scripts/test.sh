@@ -5,8 +5,9 @@
 #
 # bash scripts/test.sh [--quick] [PYTEST ARGS...]
 #   --quick   the fast tiers only: unit tests and the integration tests that are neither slow nor on PostgreSQL,
-#             no browser (-m "not slow and not browser and not postgres"; tiers: tests/conftest.py); no
-#             PostgreSQL server is started for them. About two minutes on a 2-core machine.
+#             no browser (-m "not slow and not browser and not postgres"; tiers: tests/conftest.py), in 2 workers
+#             (-n 2 --dist loadfile; a later -n wins, -n 0 runs them in this process); no PostgreSQL server is
+#             started for them. About 2 minutes on a 2-core machine (3.5 in one process).
 #   -n N      (pytest-xdist) N workers; add --dist loadfile so the tests of a file, which may share a server or
 #             store, stay on one worker (tests/conftest.py), as .ci/run does.
 # Any other argument goes to pytest as it is.
@@ -18,7 +19,7 @@ for arg in "$@"; do
     if [ "$arg" = "--quick" ]; then quick=1; else args+=("$arg"); fi
 done
 if [ "$quick" = 1 ]; then
-    args=(-m "not slow and not browser and not postgres" ${args[@]+"${args[@]}"})
+    args=(-m "not slow and not browser and not postgres" -n 2 --dist loadfile ${args[@]+"${args[@]}"})
 fi
 bash scripts/setup.sh
 # Debian's chromium (browser tests) and prometheus (a real server scraping a live agent), when missing
