@@ -73,7 +73,25 @@ SLOW = (
 )
 
 
+# The files that take longest (the `--durations` of a 4-worker run), heaviest first: in parallel they start at
+# once, so no long file begins near the end and leaves the other workers idle while it runs
+FIRST = (
+    "tests/fuzz/test_fuzz.py",
+    "tests/integration/test_crash.py",
+    "tests/browser/test_live_page.py",
+    "tests/integration/test_cli.py",
+    "tests/browser/test_library_compare_whatif.py",
+    "tests/browser/test_dashboard.py",
+    "tests/integration/test_jobs.py",
+    "tests/integration/test_export.py",
+    "tests/browser/test_usage_views.py",
+    "tests/integration/test_live.py",
+    "tests/integration/test_run_dropin.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_start_rank)  # stable: the tests of a file keep their order
     for item in items:
         path = os.path.relpath(str(item.path), ROOT).replace(os.sep, "/")
         parts = path.split("/")
@@ -83,6 +101,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("postgres")
         if _is_slow(item.nodeid):
             item.add_marker("slow")
+
+
+def _start_rank(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return FIRST.index(path) if path in FIRST else len(FIRST)
 
 
 def _is_slow(nodeid: str) -> bool:

@@ -34,6 +34,9 @@ def browser():
 @pytest.fixture
 def page(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 800})
+    # every wait is on a condition; the bound is wide because CI runs 4 workers on 2 cores, where a page's first
+    # draw over a real trace has taken over 30 s
+    context.set_default_timeout(90000)
     pg = context.new_page()
     pg.errors = []
     pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)

@@ -36,10 +36,14 @@ def doctor_server(tmp_path_factory):
 
 
 def diagnose(page, text: str) -> str:
+    """Paste `text`, run the doctor and return its new result: the wait is for a result other than the one
+    shown before the click, so a second diagnosis on one page never reads the first one's text."""
     page.wait_for_selector("#doctor-run")
+    before = page.locator("#doctor-result").inner_text().strip()
     page.fill("#doctor-paste", text)
     page.click("#doctor-run")
-    page.wait_for_function("document.querySelector('#doctor-result').innerText.trim().length > 0", timeout=60000)
+    page.wait_for_function("(before) => { const t = document.querySelector('#doctor-result').innerText.trim();"
+                           " return t.length > 0 && t !== before; }", arg=before, timeout=60000)
     return page.locator("#doctor-result").inner_text()
 
 

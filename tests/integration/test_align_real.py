@@ -60,7 +60,7 @@ def test_step_k_of_a_meets_step_k_of_b_and_halfway_between_markers(built):
             assert cv.state_at(side, float(k)) == m
             assert cv.state_at(side, k + 0.5) == m + (nxt - m) // 2
         # every drawn point between two markers sits at k + its share of the way to the next
-        for s, x in zip(side.timeline["start"].tolist(), side.x.tolist()):
+        for s, x in zip(side.timeline.start.tolist(), side.x.tolist()):
             k = next((k for k in range(len(markers) - 1) if markers[k] <= s <= markers[k + 1]), None)
             if k is not None:
                 assert x == pytest.approx(k + 1 + (s - markers[k]) / (markers[k + 1] - markers[k]))
