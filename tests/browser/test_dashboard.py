@@ -42,7 +42,7 @@ def test_upload_a_real_snapshot_and_a_bad_file(page, server, tmp_path):
     ok.locator("a").click()
     page.wait_for_url("**/snapshots/*")
     wait_for_plot(page, "timeline")
-    page.wait_for_selector("#segment-map .bars path", timeout=90000)
+    page.wait_for_selector("#segment-map .bars path")
     assert "after 97 of 97 events" in page.locator("#event-info").inner_text()
 
     click_widest_block(page)
@@ -58,7 +58,7 @@ def test_step_through_events_and_the_url_follows(page, server):
     body, _ = post_file(server, SMALL)  # already there when the upload test ran first: then "unchanged"
     sid = body["id"]
     page.goto(f"{server.url}/snapshots/{sid}?device=0&event=40")
-    page.wait_for_selector("#segment-map .bars path", timeout=90000)
+    page.wait_for_selector("#segment-map .bars path")
     assert "after 40 of 97 events" in page.locator("#event-info").inner_text()
     page.click("#next-event")
     page.wait_for_function("location.search.includes('event=41')")
@@ -78,7 +78,7 @@ def test_the_oom_sample_shows_its_verdict(page, server):
     page.wait_for_selector("#oom-verdict .fv-verdict", timeout=60000)
     verdict = page.locator("#oom-verdict").inner_text()
     assert "Fragmentation" in verdict and "expandable_segments:True" in verdict
-    page.wait_for_selector("#gap-histogram .bars path", timeout=90000)
+    page.wait_for_selector("#gap-histogram .bars path")
     assert page.errors == []
 
 
@@ -90,7 +90,7 @@ def test_frame_names_are_text_not_markup(page, server, tmp_path):
                         snapshot([seg], [ev("alloc", 0x7F0000000000, 4 * MiB, frames=evil)]))
     upload(page, server, path)
     page.locator("#upload-results .fv-ok a").first.click()
-    page.wait_for_selector("#segment-map .bars path", timeout=90000)
+    page.wait_for_selector("#segment-map .bars path")
     click_widest_block(page)
     page.wait_for_function("document.querySelector('#stack-trace').innerText.includes('block of')")
     page.check("#stack-all-frames input")
@@ -181,7 +181,7 @@ def test_compare_two_snapshots_by_allocation_site(page, server):
     a = server.sample_id("gpt_train_fragmentation_oom.pickle.gz")
     b = server.sample_id("gpt_train_expandable.pickle.gz")
     page.goto(f"{server.url}/compare?a={a}&b={b}")
-    page.wait_for_selector("#compare-table td", timeout=90000)
+    page.wait_for_selector("#compare-table td")
     summary = page.locator("#compare-summary").inner_text()
     # the two reserved totals, each at its peak of allocated bytes (events 7913 and 7889; 974 MiB at B's end)
     assert "1022.00 MiB" in summary and "962.00 MiB" in summary

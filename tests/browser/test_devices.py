@@ -197,7 +197,7 @@ def test_the_whatif_runs_on_the_chosen_device_and_says_so(page, server, files):
     assert "On cuda:1: its recorded run, and its workload simulated." in text_of(page, "#whatif-status")
     assert peak_reserved_cells(page) == cells[1]
     page.wait_for_function("(() => { const p = document.querySelector('#whatif-timeline .js-plotly-plot');"
-                           " return p && p.data && p.data.length === 4; })()", timeout=90000)
+                           " return p && p.data && p.data.length === 4; })()")
     assert page.errors == []
     no_server_errors(server)
 

@@ -37,7 +37,7 @@ def test_an_upload_lands_in_the_store_and_its_page_draws_the_stored_state(page, 
         library.close()
     page.goto(f"{server.url}/snapshots/{row.id}?device=0&event={k}")
     wait_for_plot(page, "timeline")
-    page.wait_for_selector("#segment-map .bars path", timeout=90000)
+    page.wait_for_selector("#segment-map .bars path")
     info = page.locator("#event-info").inner_text()
     assert f"after {k} of {n} events" in info
     # one row per segment of the stored state at that event

@@ -65,9 +65,10 @@ def side(page, label: str) -> str:
     return page.locator(f"#compare-summary section:has(h3:text-matches('^{label}: '))").inner_text()
 
 
-def wait_summary(page, text: str, timeout: int = 30000) -> None:
+def wait_summary(page, text: str) -> None:
+    """Until the compare summary says `text` (bounded by the page's default wait, tests/browser/conftest.py)."""
     page.wait_for_function("(document.querySelector('#compare-summary') || {innerText: ''}).innerText"
-                           f".includes({json.dumps(text)})", timeout=timeout)
+                           f".includes({json.dumps(text)})")
 
 
 def console_errors(page, allowed: str | None = None) -> list[str]:
@@ -77,7 +78,7 @@ def console_errors(page, allowed: str | None = None) -> list[str]:
 def test_compare_event_box_takes_a_click_and_seven_digits(page, logged):
     sid = logged.sample_id("gpt_train.pickle.gz")
     page.goto(f"{logged.url}/compare?a={sid}&b={sid}")
-    wait_summary(page, 'B: ', timeout=90000)
+    wait_summary(page, 'B: ')
     box = page.locator("#compare-eb").bounding_box()
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # a person's click, no focus()
     assert page.evaluate("document.activeElement.id") == "compare-eb"
@@ -109,7 +110,7 @@ def test_compare_event_box_takes_a_click_and_seven_digits(page, logged):
 def test_compare_the_chosen_devices(page, logged):
     sid = logged.upload(TWO_DEVICES)
     page.goto(f"{logged.url}/compare?a={sid}&b={sid}")
-    wait_summary(page, 'B: ', timeout=60000)
+    wait_summary(page, 'B: ')
     assert side(page, "A").startswith("A: layoutedit_dump_2dev.pickle, cuda:0, ")
     page.click("#compare-device-a")
     page.click("[role=option]:has-text('cuda:1')")
@@ -127,7 +128,7 @@ def test_compare_the_chosen_devices(page, logged):
 
     # the view is in the URL: opened afresh, the same devices
     page.goto(f"{logged.url}/compare?a={sid}&da=1&b={sid}&db=0")
-    wait_summary(page, 'cuda:1', timeout=90000)
+    wait_summary(page, 'cuda:1')
     assert page.locator("#compare-device-a").inner_text() == "cuda:1"
     assert all(line in side(page, "A") for line in summary_lines(one))
     assert console_errors(page) == []
@@ -137,18 +138,18 @@ def test_in_app_jumps_leave_no_error_in_the_server_log(page, logged):
     sid = logged.sample_id("gpt_train.pickle.gz")
     start = logged.log_size()
     page.goto(f"{logged.url}/snapshots/{sid}?device=0&event=40")
-    page.wait_for_selector("#segment-map .bars path", timeout=90000)
+    page.wait_for_selector("#segment-map .bars path")
     page.click(".fv-header nav a:text-is('Library')")  # a dcc.Link: the app routes it, no reload
     page.wait_for_selector("#library-table table")
     page.wait_for_load_state("networkidle")
     page.click(f"#library-table a[href='/snapshots/{sid}']")
-    page.wait_for_selector("#segment-map .bars path", timeout=90000)
+    page.wait_for_selector("#segment-map .bars path")
     page.click("a.fv-action:text-is('compare…')")
     page.wait_for_function(f"location.pathname === '/compare' && location.search.includes('a={sid}')")
     page.wait_for_selector("#compare-a")
     page.wait_for_load_state("networkidle")
     page.go_back()  # back to the snapshot page, then the what-if link
-    page.wait_for_selector("#segment-map .bars path", timeout=90000)
+    page.wait_for_selector("#segment-map .bars path")
     page.click("a.fv-action:text-is('what if…')")
     page.wait_for_selector("#whatif-run")
     page.wait_for_load_state("networkidle")

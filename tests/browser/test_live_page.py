@@ -132,7 +132,7 @@ def test_a_wrong_token_is_refused_on_the_page(page, live_server, tmp_path):
     try:
         attach(page, live_server, job.target, token="wrong-token")
         error = page.locator("#live-status .fv-error")
-        error.wait_for(timeout=90000)
+        error.wait_for()
         assert "refused" in error.inner_text() and "token" in error.inner_text()
         assert page.locator(CHART).count() == 0
         attach(page, live_server, job.target, token="right-token")

@@ -238,7 +238,7 @@ def test_the_icicle_folds_the_shared_prefix_and_follows_the_frame_checkbox(page,
     assert root_all != root
     page.check("#stack-all-frames input")
     page.wait_for_function("(root) => document.querySelector('#stack-icicle .js-plotly-plot').data[0].labels[0]"
-                           " === root", arg=root_all, timeout=90000)
+                           " === root", arg=root_all)
     ice = icicle(page)
     assert {label for label, parent in zip(ice["labels"], ice["parents"]) if parent == "root"} == first_all
     assert page.errors == []

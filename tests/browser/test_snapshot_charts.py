@@ -163,7 +163,7 @@ def test_timeline_steps_ticks_and_named_spans(page, server, tmp_path):
 def test_gap_histogram_ticks_are_whole_and_apart(page, server):
     sid = server.sample_id("gpt_train_fragmentation_oom.pickle.gz")
     page.goto(f"{server.url}/snapshots/{sid}")
-    page.wait_for_selector("#gap-histogram .bars path", timeout=90000)
+    page.wait_for_selector("#gap-histogram .bars path")
     page.wait_for_function(f"{PLOT.format('gap-histogram')}.layout.annotations.length > 0")  # the failed request
     xticks = boxes(page, "#gap-histogram .xtick text")
     assert len(xticks) >= 3

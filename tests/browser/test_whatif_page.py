@@ -72,7 +72,7 @@ def test_a_recorded_oom_stands_beside_the_simulated_runs(page, server):
     assert "Device size 1.00 GiB (the first recorded OOM)." in status
     assert "Result: expandable_segments:True avoids the recorded OOM" in status
     page.wait_for_function("(() => { const p = document.querySelector('#whatif-timeline .js-plotly-plot');"
-                           " return p && p.data && p.data.length === 4; })()", timeout=90000)
+                           " return p && p.data && p.data.length === 4; })()")
     names = page.evaluate("document.querySelector('#whatif-timeline .js-plotly-plot').data.map(t => t.name)")
     assert names == ["reserved, recorded", "fragmentation, recorded", "reserved, expandable_segments:True",
                      "fragmentation, expandable_segments:True"]
