@@ -109,7 +109,7 @@ class Databases:
     def new(self, tag: str) -> str:
         name = f"fragviz_bench_jobs_{os.getpid()}_{tag}"
         with self._admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            _drop(conn, name)
             conn.execute(f'CREATE DATABASE "{name}"')
         self.made.append(name)
         return self.url.set(database=name).render_as_string(hide_password=False)
@@ -117,7 +117,22 @@ class Databases:
     def drop_all(self) -> None:
         with self._admin() as conn:
             for name in self.made:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                _drop(conn, name)
+
+
+def _drop(conn, name: str) -> None:
+    """DROP DATABASE ... WITH (FORCE), waiting out an autovacuum worker that a role outside pg_signal_backend may
+    not end."""
+    import psycopg
+
+    for attempt in range(60):
+        try:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return
+        except psycopg.errors.InsufficientPrivilege:
+            if attempt == 59:
+                raise
+            time.sleep(0.5)
 
 
 def server_cpu(url: str) -> float | None:

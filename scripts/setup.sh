@@ -19,8 +19,9 @@ else
     step "installing requirements.txt into .venv (a few minutes the first time: PyTorch is the largest)"
     pip_output=(--progress-bar on)
 fi
-# --no-compile: Python compiles each module the first time it is imported instead of pip compiling every file of
-# every package (PyTorch's thousands) up front; a fresh set-up takes about a minute less
+# --no-compile: Python compiles each module the first time it is imported (and keeps it, unless
+# PYTHONDONTWRITEBYTECODE is set) instead of pip compiling every file of every package (PyTorch's thousands) up
+# front; a fresh set-up takes about a minute less
 .venv/bin/python -m pip install "${pip_output[@]}" --disable-pip-version-check --no-compile -r requirements.txt \
     2> >(grep -v "^WARNING: Location" >&2)
 cp requirements.txt "$stamp"

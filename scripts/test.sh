@@ -42,4 +42,7 @@ if [ -z "${FRAGVIZ_TEST_PG:-}" ] && [ "$quick" = 0 ]; then
     FRAGVIZ_TEST_PG=$(bash scripts/postgres.sh | tail -1)
     export FRAGVIZ_TEST_PG
 fi
+# The tests start hundreds of Python processes (the fragviz command, servers, agents): each would compile pandas,
+# SQLAlchemy and fragviz afresh where PYTHONDONTWRITEBYTECODE is set, 1-2 s apiece; the first import writes them
+unset PYTHONDONTWRITEBYTECODE
 exec .venv/bin/python -m pytest ${args[@]+"${args[@]}"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 import uuid
 
 import psycopg
@@ -31,9 +32,18 @@ def new_database() -> str:
 
 
 def drop_database(url: str) -> None:
+    """Drop a test database, ending its sessions. An autovacuum worker (no role) may be analysing the fresh
+    tables; a role that is not in pg_signal_backend may not end it, so wait for it and try again."""
     name = make_url(url).database
     with _admin() as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for attempt in range(60):
+            try:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                return
+            except psycopg.errors.InsufficientPrivilege:
+                if attempt == 59:
+                    raise
+                time.sleep(0.5)
 
 
 ENGINES = ("sqlite", "postgresql")
