@@ -17,6 +17,7 @@ from fragviz.model.metrics import StateFigures
 from fragviz.model import Frame, Segment, Trace
 from fragviz.library import stored
 from fragviz.library.stored import CHUNK_EVENTS
+from fragviz.replay.lives import Lives
 from fragviz.store.engine import Store
 from fragviz.store.live import LiveReader
 from fragviz.store.reader import SnapshotRow, StoreReader
@@ -120,6 +121,10 @@ class Library:
     def device_state(self, sid: int, device: int, k: int | None = None) -> tuple[list[Segment], StateFigures, int]:
         """Segments and blocks of `device` after `k` events (the last event when None), and the event used."""
         return stored.device_state(self.records, sid, device, k)
+
+    def device_lives(self, sid: int, device: int) -> Lives:
+        """Every state of a device's trace at once, as segment and block lives (fragviz.replay.lives)."""
+        return stored.device_lives(self.records, sid, device)
 
     def lifetimes(self, sid: int, device: int) -> Lifetimes:
         """Every allocation of a device's trace and the states it is live in (see fragviz.usage.lifetimes)."""

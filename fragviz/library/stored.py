@@ -22,6 +22,7 @@ from fragviz.model import Frame, Segment, Snapshot, Trace, empty_trace
 from fragviz.replay import DeviceReplay, checkpoint_before, restore_layout
 from fragviz.replay.engine import CHECKPOINT_EVERY
 from fragviz.replay.layout import default_sizer
+from fragviz.replay.lives import Lives, state_lives
 from fragviz.replay.state import layout_segments
 from fragviz.store.records import DeviceInfo, DeviceRecord, SnapshotRecord, Summary
 
@@ -153,6 +154,15 @@ def device_state(source: StoredTrace, sid: int, device: int,
                             offset=chunk * CHUNK_EVENTS)
     segments = layout_segments(layout, device)
     return segments, state_figures(segments), k
+
+
+def device_lives(source: StoredTrace, sid: int, device: int) -> Lives:
+    """Every state of `device` as lives (fragviz.replay.lives), each one what `device_state` gives."""
+    info = source.device_info(sid, device)
+    chunks = source.trace_chunks(sid, device)
+    trace = trace_from(device, chunks, info.action_names)
+    return state_lives(source.final_segments(sid, device), trace, block_sizes_from(chunks),
+                       _LazyCheckpoints(source, sid, device), default_sizer(settings_from_snapshot(None)), device)
 
 
 class _LazyCheckpoints(Mapping):

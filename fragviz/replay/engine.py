@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from fragviz.model import (ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC,
 from fragviz.replay.layout import (ALLOC_EVENT, PENDING, PRE_TRACE, SIZE, Layout, Mismatch, Seg, Sizer,
                                    pool_of_segment_alloc)
 
+AfterEvent = Callable[[int, int, int], None]  # (event, action, address), after the event is applied
 FINAL = -2  # a block record taken from the final state during the backward pass
 CHECKPOINT_EVERY = 8192
 
@@ -131,16 +133,17 @@ def _filled(changed: array, values: list[array], first: int, last: int) -> dict[
 
 def run_forward(layout: Layout, trace: Trace, block_size: np.ndarray, start: int = 0, stop: int | None = None,
                 record: bool = True, checkpoint_every: int = CHECKPOINT_EVERY,
-                on_checkpoint=None, offset: int = 0) -> ForwardResult:
+                on_checkpoint=None, offset: int = 0, after: AfterEvent | None = None) -> ForwardResult:
     """Apply events [start, stop) to `layout`. `block_size` is read where > 0 and filled where 0.
 
     With `record`, the series after every event is kept, and `on_checkpoint(event, layout)` is called
     before every `checkpoint_every`-th event (the state after that many events). `trace` may be a slice
-    of the device's trace that starts at event `offset`; events are numbered from there.
+    of the device's trace that starts at event `offset`; events are numbered from there. Without `record`,
+    `after(event, action, address)` is called after each event that changes the state.
     """
     stop = len(trace) if stop is None else stop
     if not record:
-        _apply(layout, trace, block_size, start, stop, offset, None)
+        _apply(layout, trace, block_size, start, stop, offset, None, after)
         return ForwardResult({}, block_size, layout)
     # Figures are recorded only after events that can change them, then filled forward.
     changed = array("q")
@@ -160,7 +163,7 @@ def run_forward(layout: Layout, trace: Trace, block_size: np.ndarray, start: int
 
 
 def _apply(layout: Layout, trace: Trace, block_size: np.ndarray, start: int, stop: int, offset: int,
-           record: tuple[array, list[array]] | None) -> None:
+           record: tuple[array, list[array]] | None, after: AfterEvent | None = None) -> None:
     """The event loop: events [start, stop) applied to `layout`, figures appended to `record` after each
     event that can change them. The hottest code of ingest: names are bound locally, pending flags set inline."""
     sizes = block_size[start:stop].tolist()
@@ -186,6 +189,8 @@ def _apply(layout: Layout, trace: Trace, block_size: np.ndarray, start: int, sto
                 layout.mismatch.note("free_request_of_unknown_block", i)
             else:
                 rec[PENDING] = True
+            if after is not None:
+                after(i, act, addr)
             continue
         elif act == SEGMENT_ALLOC:
             layout.add_segment(Seg(addr, size, stream, pool_of_segment_alloc(size), None, False), i)
@@ -197,6 +202,8 @@ def _apply(layout: Layout, trace: Trace, block_size: np.ndarray, start: int, sto
             layout.unmap_range(addr, size, i)
         else:
             continue
+        if after is not None:
+            after(i, act, addr)
         if record is not None:
             rec_k(i + 1), rec_a(layout.allocated), rec_r(layout.requested), rec_s(layout.reserved)
             rec_g(layout.n_gaps), rec_l(-heap[0] if heap and -heap[0] in counts else largest_gap())
