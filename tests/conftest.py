@@ -38,6 +38,7 @@ SLOW = (
     "tests/integration/test_ingest_paths.py",
     "tests/integration/test_jobs.py",
     "tests/integration/test_live.py",
+    "tests/integration/test_lives_api.py",
     "tests/integration/test_lives_real.py",
     "tests/integration/test_package_install.py",
     "tests/integration/test_prometheus.py",

@@ -127,6 +127,8 @@ SETTINGS = {
         Setting("read_timeout", "30s", "how long the dashboard waits on a silent client", "duration"),
         Setting("upload_min_rate", "16KiB", "slowest an upload may arrive, in bytes a second over each "
                 "read_timeout (slower: 408, its slot freed; 0: no floor)", "size"),
+        Setting("page_state_events", "500000", "trace events up to which the snapshot page is sent a device's "
+                "every state once and rebuilds each event's state itself (longer: one request per event)", "int"),
         Setting("busy_timeout", "10s", "how long a store write waits on another writer before 'busy'",
                 "duration"),
     )

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 
@@ -12,8 +13,9 @@ from tests.support.helpers import ROOT, free_port, wait_for
 
 
 class Server:
-    """`python app.py` (or, without samples, `fragviz serve`) in a subprocess; with `log`, its stderr (the
-    request log, any traceback) goes to that file, to be read with `logged()`."""
+    """`python app.py` (or, without samples, `fragviz serve`) in a subprocess. Its stderr (the request log, any
+    traceback) goes to the file `log`, to be read with `logged()`, or to a temporary file: never to a pipe that
+    no one reads, which fills after a few hundred requests and stops the server."""
 
     def __init__(self, db: str, env: dict | None = None, samples: bool = True, log: str | None = None) -> None:
         self.port = free_port()
@@ -21,10 +23,14 @@ class Server:
         args = [sys.executable, os.path.join(ROOT, "app.py"), "--db", db, "--port", str(self.port)]
         if not samples:
             args = [sys.executable, "-m", "fragviz.cli", "serve", "--db", db, "--port", str(self.port)]
+        self._temporary = log is None
+        if log is None:
+            fd, log = tempfile.mkstemp(prefix="fragviz-server-", suffix=".log")
+            os.close(fd)
         self.log_path = log
-        self._log = open(log, "wb") if log else None
+        self._log = open(log, "wb")
         self.proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **(env or {})},
-                                     stdout=subprocess.DEVNULL, stderr=self._log or subprocess.PIPE)
+                                     stdout=subprocess.DEVNULL, stderr=self._log)
         wait_for(self._up, f"the server on port {self.port}", deadline=90, interval=0.3, gone=self._exited)
 
     def _up(self) -> bool:
@@ -39,8 +45,7 @@ class Server:
     def _exited(self) -> str | None:
         if self.proc.poll() is None:
             return None
-        said = self.logged() if self._log else self.proc.stderr.read().decode()
-        return "the server exited: " + said[-2000:]
+        return "the server exited: " + self.logged()[-2000:]
 
     def get_json(self, path: str, headers: dict | None = None):
         req = urllib.request.Request(self.url + path, headers=headers or {})
@@ -74,5 +79,6 @@ class Server:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-        if self._log:
-            self._log.close()
+        self._log.close()
+        if self._temporary and os.path.exists(self.log_path):
+            os.unlink(self.log_path)

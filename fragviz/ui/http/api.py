@@ -23,6 +23,7 @@ from fragviz.library import Library
 from fragviz.store.engine import Store
 from fragviz.ui.http.export_api import add_export_routes
 from fragviz.ui.http.guard import ON_STOP
+from fragviz.ui.http.lives_api import add_lives_route
 from fragviz.ui.http.ingest_child import Abandoned, ChildIngest, Stopping, run_child
 from fragviz.ui.http.uploads import RETRY_AFTER, UploadRefused, Uploads, client_gone
 
@@ -156,6 +157,7 @@ def api_blueprint(reader: Library, writer: Writer, uploads: Uploads) -> Blueprin
                                          f'attachment; filename="job-{job_id}-ranks.csv"'}
 
     add_export_routes(bp, reader)  # GET /api/snapshots/<id>/export and /api/jobs/<id>/export
+    add_lives_route(bp, reader)  # GET /api/snapshots/<id>/devices/<device>/lives
 
     @bp.errorhandler(UploadRefused)
     def upload_refused(exc: UploadRefused):
