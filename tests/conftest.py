@@ -41,6 +41,7 @@ SLOW = (
     "tests/integration/test_lives_api.py",
     "tests/integration/test_lives_real.py",
     "tests/integration/test_package_install.py",
+    "tests/integration/test_parallel_replay.py",
     "tests/integration/test_prometheus.py",
     "tests/integration/test_store.py",
     "tests/integration/test_store_engines.py",

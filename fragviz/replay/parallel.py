@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import sys
 import threading
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import suppress
 from typing import Any, Callable
 
 from fragviz.allocator.config import AllocatorSettings
@@ -19,6 +24,7 @@ from fragviz.replay.layout import default_sizer
 
 Progress = Callable[[int, int], None]  # (events done, events in all)
 _SHARED: tuple[Snapshot, AllocatorSettings] | None = None  # what forked workers inherit
+_PR_SET_PDEATHSIG = 1
 
 
 def replay_devices(snapshot: Snapshot, settings: AllocatorSettings, progress: Progress | None = None,
@@ -46,21 +52,46 @@ def _can_fork() -> bool:
 
 def _in_workers(snapshot: Snapshot, settings: AllocatorSettings, devices: list[int], total: int,
                 progress: Progress | None, workers: int) -> dict[int, DeviceReplay]:
+    """The devices replayed in forked workers, longest trace first. A worker that dies (killed, out of memory)
+    breaks the pool: the devices it left are replayed here, one at a time, rather than waited for forever."""
     global _SHARED
     longest_first = sorted(devices, key=lambda d: -len(snapshot.trace_of(d)))
     replays, done = {}, 0
     _SHARED = (snapshot, settings)
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            for device, parts in pool.imap_unordered(_replay_in_worker, longest_first):
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_end_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
+            pending = [pool.submit(_replay_in_worker, d) for d in longest_first]
+            for finished in as_completed(pending):
+                device, parts = finished.result()
                 replays[device] = DeviceReplay(device, snapshot.trace_of(device), sizer=default_sizer(settings),
                                                **parts)
+                done += len(snapshot.trace_of(device))
+                if progress is not None:
+                    progress(done, total)
+    except BrokenProcessPool:
+        for device in longest_first:
+            if device not in replays:
+                replays[device] = replay_device(snapshot, device, settings)
                 done += len(snapshot.trace_of(device))
                 if progress is not None:
                     progress(done, total)
     finally:
         _SHARED = None
     return {d: replays[d] for d in devices}
+
+
+def _end_with_parent(parent: int) -> None:
+    """In a worker: ask the kernel (Linux) for SIGKILL when the process that forked it ends, so that a killed
+    ingest leaves no worker behind holding its output pipes open."""
+    if sys.platform.startswith("linux"):
+        with suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it ended before the request took effect
+        os._exit(1)
 
 
 def _replay_in_worker(device: int) -> tuple[int, dict[str, Any]]:

@@ -74,10 +74,12 @@ def files(tmp_path_factory) -> dict[str, str]:
 def server(tmp_path_factory, files):
     where = tmp_path_factory.mktemp("devices-server")
     srv = Server(str(where / "store.sqlite"), samples=False, log=str(where / "server.log"))
-    srv.ids = {name: srv.upload(path) for name, path in files.items()}
-    srv.ids["small"] = srv.upload(SMALL)
-    yield srv
-    srv.stop()
+    try:
+        srv.ids = {name: srv.upload(path) for name, path in files.items()}
+        srv.ids["small"] = srv.upload(SMALL)
+        yield srv
+    finally:
+        srv.stop()
 
 
 def text_of(page, selector: str) -> str:

@@ -379,7 +379,7 @@ def test_under_torchrun_each_rank_serves_on_port_plus_local_rank(tmp_path):
         for pid in pids:  # a rank torchrun failed to stop
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    if b"fragviz" in fh.read():
+                    if TRAIN_LOOP.encode() in fh.read():  # still a rank, not a process that took its pid since
                         os.kill(pid, signal.SIGKILL)
             except (FileNotFoundError, ProcessLookupError):
                 pass

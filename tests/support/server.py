@@ -18,6 +18,7 @@ class Server:
     no one reads, which fills after a few hundred requests and stops the server."""
 
     def __init__(self, db: str, env: dict | None = None, samples: bool = True, log: str | None = None) -> None:
+        self.db = db
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, os.path.join(ROOT, "app.py"), "--db", db, "--port", str(self.port)]
@@ -57,8 +58,12 @@ class Server:
         req = urllib.request.Request(self.url + "/api/snapshots", data=open(path, "rb").read(), method="POST",
                                      headers={"Content-Type": "application/octet-stream",
                                               "X-Filename": os.path.basename(path)})
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return json.loads(resp.read())["id"]
+        try:
+            with urllib.request.urlopen(req, timeout=300) as resp:
+                return json.loads(resp.read())["id"]
+        except (OSError, KeyError) as exc:  # a timeout or a refusal: say what the server said
+            raise AssertionError(f"uploading {path} failed ({exc!r}); the server's log ends:\n"
+                                 + self.logged()[-3000:]) from exc
 
     def sample_id(self, name: str) -> int:
         """The id of the stored snapshot named `name` (a bundled sample, say)."""
