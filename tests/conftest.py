@@ -82,6 +82,7 @@ FIRST = (
     "tests/fuzz/test_fuzz.py",
     "tests/integration/test_crash.py",
     "tests/browser/test_live_page.py",
+    "tests/browser/test_page_state.py",
     "tests/integration/test_cli.py",
     "tests/browser/test_library_compare_whatif.py",
     "tests/browser/test_dashboard.py",

@@ -32,6 +32,11 @@ def format_bytes(n: int | float) -> str:
     return f"{sign}{n / GiB:.2f} GiB"
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 gap', '3 gaps': a count with its noun, plural when the count is not one."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def torch_format_size(n: int) -> str:
     """PyTorch's own `format_size` (CUDACachingAllocator.cpp): inclusive boundaries, 'bytes' spelled out."""
     if n <= KiB:

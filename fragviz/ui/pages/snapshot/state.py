@@ -8,7 +8,7 @@ from __future__ import annotations
 import dash
 from dash import ClientsideFunction, Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 
-from fragviz.base.units import MiB
+from fragviz.base.units import MiB, counted
 from fragviz.model import Segment
 from fragviz.model.metrics import PoolFigures, StateFigures, pending_frees, pool_figures, pool_of
 from fragviz.ui import ids
@@ -108,7 +108,7 @@ def event_info(view: View, fig: StateFigures, segments: list[Segment]) -> str:
     return (f"after {view.event} of {view.n} events · reserved {fb(fig.reserved_bytes)} · allocated "
             f"{fb(fig.allocated_bytes)} · fragmentation {fig.fragmentation:.1%} (non-releasable "
             f"{fb(fig.non_releasable_bytes)}) · largest request the cache can serve now "
-            f"{fb(fig.largest_free_block)} · cached free {fb(fig.free_bytes)} in {fig.free_blocks} gaps, "
+            f"{fb(fig.largest_free_block)} · cached free {fb(fig.free_bytes)} in {counted(fig.free_blocks, 'gap')}, "
             f"free scatter {fig.free_scatter:.1%}" + pools_info(pool_figures(segments), segments))
 
 
@@ -121,7 +121,7 @@ def pools_info(pools: list[PoolFigures], segments: list[Segment]) -> str:
         out += " · those figures cover all pools: " + "; ".join(parts)
     pending = pending_frees(segments)
     if pending.blocks:
-        out += (f" · {pending.blocks} blocks ({fb(pending.bytes)}) freed, waiting for stream work "
+        out += (f" · {counted(pending.blocks, 'block')} ({fb(pending.bytes)}) freed, waiting for stream work "
                 "(active_pending_free), counted as allocated")
     return out
 
