@@ -46,3 +46,9 @@ class UsageError(FragvizError):
 
 class AgentError(FragvizError):
     """The live agent cannot start, or a live target cannot be reached or refuses us."""
+
+
+def public_message(exc: BaseException, store_label: str) -> str:
+    """An error as the dashboard's pages and API show it: without the store's path or URL, the server's business
+    (the command line names the store, its user's own)."""
+    return str(exc).replace(f"{store_label}: ", "").replace(store_label, "the store")

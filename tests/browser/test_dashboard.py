@@ -9,6 +9,8 @@ import urllib.error
 import urllib.request
 import uuid
 
+import pytest
+
 from tests.support.helpers import REAL, ROOT, MiB, block, ev, segment, snapshot, write_pickle
 from tests.support.pages import post_file, upload, wait_for_plot
 from tests.support.server import Server
@@ -117,9 +119,24 @@ def test_the_http_api(server, tmp_path):
     try:
         server.get_json("/api/snapshots/99999/report")
     except urllib.error.HTTPError as exc:
-        assert exc.code == 404 and "no snapshot with id 99999" in json.loads(exc.read())["error"]
+        error = json.loads(exc.read())["error"]
+        assert exc.code == 404 and error == "no snapshot with id 99999"  # the store's path is the server's own
     else:
         raise AssertionError("an unknown id must be a 404")
+
+
+@pytest.mark.parametrize("path, words", [("/snapshots/abc", "'abc' is not a snapshot id: a snapshot's address is "
+                                          "/snapshots/<number>"),
+                                         ("/snapshots/99999", "no snapshot with id 99999"),
+                                         ("/whatif/x1", "'x1' is not a snapshot id"),
+                                         ("/whatif/99999", "no snapshot with id 99999")])
+def test_a_page_for_no_snapshot_says_why_without_the_store_s_path(server, page, path, words):
+    page.goto(server.url + path)
+    panel = page.locator(".fv-error").first
+    panel.wait_for()
+    text = panel.inner_text()
+    assert words in text and "None" not in text
+    assert server.db not in page.content() and "sqlite" not in text
 
 
 def test_an_access_token_protects_pages_and_api(page, tmp_path):

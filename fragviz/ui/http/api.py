@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from flask import Blueprint, Flask, jsonify, request
 
-from fragviz.base.errors import FragvizError, NotFoundError, StoreBusyError, UsageError
+from fragviz.base.errors import FragvizError, NotFoundError, StoreBusyError, UsageError, public_message
 from fragviz.base.units import MiB
 from fragviz.library.ingest import IngestResult, ingest_file
 from fragviz.jobs.table import job_figures_of, ranks_csv
@@ -165,10 +165,11 @@ def api_blueprint(reader: Library, writer: Writer, uploads: Uploads) -> Blueprin
 
     @bp.errorhandler(FragvizError)
     def fragviz_error(exc: FragvizError):
+        message = public_message(exc, reader.records.path)
         if isinstance(exc, StoreBusyError):
-            return jsonify({"error": str(exc)}), 503, {"Retry-After": RETRY_AFTER}
+            return jsonify({"error": message}), 503, {"Retry-After": RETRY_AFTER}
         status = 404 if isinstance(exc, NotFoundError) else 400 if isinstance(exc, UsageError) else 422
-        return jsonify({"error": str(exc)}), status
+        return jsonify({"error": message}), status
 
     return bp
 

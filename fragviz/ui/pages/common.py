@@ -6,6 +6,7 @@ from urllib.parse import parse_qs, urlencode
 
 from dash import dcc, html
 
+from fragviz.base.errors import UsageError, public_message as public_error
 from fragviz.doctor import Diagnosis
 from fragviz.store.records import Summary
 from fragviz.base.units import format_bytes
@@ -45,6 +46,14 @@ def query_int(search: str | None, key: str) -> int | None:
 
 def make_search(**params) -> str:
     return "?" + urlencode({k: v for k, v in params.items() if v is not None})
+
+
+def path_sid(pathname: str | None, prefix: str) -> int:
+    """The snapshot id in a page's path (/snapshots/<id>, /whatif/<id>); a UsageError saying so where it is no id."""
+    part = (pathname or "")[len(prefix):].split("/")[0]
+    if not part.isdigit():
+        raise UsageError(f"'{part[:40]}' is not a snapshot id: a snapshot's address is {prefix}<number>")
+    return int(part)
 
 
 def sid_of(pathname: str | None) -> int | None:

@@ -10,7 +10,7 @@ from dash.exceptions import PreventUpdate
 
 from fragviz.ui.context import AppContext
 from fragviz.ui.figures.timeline import timeline_figure
-from fragviz.ui.pages.common import opening_device, query_int, sid_of
+from fragviz.ui.pages.common import opening_device, path_sid, query_int
 
 PATH = "/snapshots/"  # the page's prefix: /snapshots/<id>
 
@@ -30,7 +30,7 @@ def page_sid(pathname: str | None) -> int:
     does nothing. An unreadable id under /snapshots/ stays an error: the layout shows it."""
     if not (pathname or "").startswith(PATH):
         raise PreventUpdate
-    return sid_of(pathname)
+    return path_sid(pathname, PATH)
 
 
 def view_of(ctx: AppContext, pathname: str | None, search: str | None) -> View:
