@@ -120,7 +120,7 @@ def trace_length(db: str) -> int:
 
 def selection(page, url: str, events: int, repeats: int) -> list[float]:
     page.goto(f"{url}/snapshots/1")
-    page.wait_for_selector("#segment-map .bars path", timeout=60000)
+    page.wait_for_selector("#segment-map .bars path", state="attached", timeout=60000)
     rng = random.Random(2)
     times = []
     for _ in range(repeats):
@@ -135,7 +135,7 @@ def first_selections(page, url: str, events: int, repeats: int) -> list[float]:
     times = []
     for _ in range(repeats):
         page.goto(f"{url}/snapshots/1")
-        page.wait_for_selector("#segment-map .bars path", timeout=60000)
+        page.wait_for_selector("#segment-map .bars path", state="attached", timeout=60000)
         page.wait_for_timeout(800)  # the page settles (sites table, icicle) as it does before a person clicks
         times.append(_select(page, rng.randrange(events)))
     return times
@@ -195,9 +195,9 @@ def uploading(browser, url: str, path: str) -> tuple[float, float]:
     page.wait_for_selector("#upload input[type=file]", state="attached")
     start = time.perf_counter()
     page.set_input_files("#upload input[type=file]", path)
-    page.wait_for_selector(".fv-preview svg polyline", timeout=600000)
+    page.wait_for_selector(".fv-preview svg polyline", state="attached", timeout=600000)  # a flat line has no box
     picture = time.perf_counter() - start
-    page.wait_for_selector("#upload-results .fv-ok a", timeout=600000)
+    page.wait_for_selector("#upload-results .fv-ok a", state="attached", timeout=600000)
     return picture, time.perf_counter() - start
 
 

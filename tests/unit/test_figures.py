@@ -1,12 +1,15 @@
 """The figure builders: records in, figures out, checked against hand-made inputs."""
 from __future__ import annotations
 
+import pytest
+
 import numpy as np
 
 from fragviz.model import Block, BlockState, Frame, Segment
 from fragviz.model.lod import Timeline
 from fragviz.library import AnnotationSpan
 from fragviz.ui.figures.gaps import gap_histogram_figure, pow2_label
+from fragviz.ui.figures.style import round_ticks
 from fragviz.ui.figures.segments import segment_axis_figure, segment_map_figure
 from fragviz.ui.figures.stacks import icicle_figure
 from fragviz.ui.figures.timeline import timeline_figure
@@ -106,6 +109,18 @@ def test_gap_histogram_ticks_are_few_round_powers_of_two():
     assert list(narrow.layout.xaxis.ticktext) == ["2 MiB", "4 MiB", "8 MiB"]
     assert fig.layout.legend.yanchor == "bottom" and fig.layout.legend.y >= 1  # above the plot, off the ticks
     assert [pow2_label(e) for e in (0, 9, 10, 29, 40)] == ["1 B", "512 B", "1 KiB", "512 MiB", "1 TiB"]
+
+
+def test_gap_histogram_s_mib_axis_ticks_at_round_values():
+    # two gaps of 3.7 MiB in one bucket (7.4 MiB in it): its MiB axis ticks 0, 2, 4, 6, 8, spanning that point
+    gaps = [int(3.7 * MiB), int(3.7 * MiB)] + [int(1.2 * MiB)] * 3
+    fig = gap_histogram_figure(gaps, mark=None, largest=0)
+    highest = max(fig.data[1].y)
+    assert highest == pytest.approx(7.4, abs=0.01)
+    assert list(fig.layout.yaxis2.tickvals) == [0, 2, 4, 6, 8] and fig.layout.yaxis2.range[1] >= 8 > highest
+    for top, step in ((0.37, 0.1), (99, 20), (1234.5, 500)):
+        ticks = round_ticks(top)["tickvals"]
+        assert ticks[-1] >= top and all(t == pytest.approx(i * step) for i, t in enumerate(ticks))
 
 
 def test_timeline_draws_steps_and_round_fragmentation_ticks():

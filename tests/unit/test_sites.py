@@ -148,6 +148,13 @@ def test_icicle_folds_the_shared_prefix_into_the_root():
     assert list(ice.parents[1:]) == ["root", "root"] and list(ice.values) == [10, 6, 4]
 
 
+def test_icicle_hover_gives_the_live_bytes_in_units():
+    a, b = Frame("/w/a.py", 1, "outer"), Frame("/w/b.py", 2, "inner")
+    ice = icicle_figure({(b, a): 3670016, (a,): 512}).data[0]
+    assert list(ice.values)[0] == 3670528 and ice.customdata[0] == "3.50 MiB"  # the root: both stacks
+    assert "%{customdata} live" in ice.hovertemplate and "%{value" not in ice.hovertemplate
+
+
 def test_icicle_of_one_stack_still_draws_its_innermost_frame():
     a, b = Frame("/w/a.py", 1, "outer"), Frame("/w/b.py", 2, "inner")
     ice = icicle_figure({(b, a): 8}).data[0]

@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from fragviz.base.units import MiB, format_bytes
-from fragviz.ui.figures.style import COLORS
+from fragviz.ui.figures.style import COLORS, round_ticks
 
 def gap_histogram_figure(gaps: list[int], mark: int | None, largest: int, mark_label: str = "request") -> go.Figure:
     """Free gaps by log2 size bucket: how many, and how many bytes; the request (or a chosen size) marked.
@@ -17,6 +17,7 @@ def gap_histogram_figure(gaps: list[int], mark: int | None, largest: int, mark_l
     fig = go.Figure()
     title = f"largest allocation that fits without a new segment: {format_bytes(largest)}"
     xaxis: dict[str, Any] = dict(title="free gap size", automargin=True)
+    volume: list[int] = []
     if gaps:
         exps = np.floor(np.log2(np.maximum(gaps, 1))).astype(int)
         lo, hi = int(exps.min()), int(exps.max())
@@ -49,8 +50,8 @@ def gap_histogram_figure(gaps: list[int], mark: int | None, largest: int, mark_l
                                  yref="container", yanchor="top"),
                       height=320, margin=dict(l=50, r=60, t=64, b=40), xaxis=xaxis,
                       yaxis=dict(title="gaps", rangemode="tozero", automargin=True),
-                      yaxis2=dict(title="MiB", overlaying="y", side="right", showgrid=False, rangemode="tozero",
-                                  automargin=True),
+                      yaxis2=dict(title="MiB", overlaying="y", side="right", showgrid=False, automargin=True,
+                                  **round_ticks(max(volume, default=0) / MiB if gaps else 0)),
                       legend=dict(orientation="h", x=1, xanchor="right", y=1.02, yanchor="bottom"))
     return fig
 

@@ -5,7 +5,9 @@ from html import escape
 
 import plotly.graph_objects as go
 
+from fragviz.base.units import format_bytes
 from fragviz.model import Frame
+
 
 def icicle_figure(weights: dict[tuple[Frame, ...], int], max_depth: int = 10) -> go.Figure:
     """Live bytes by stack (frames innermost first, as recorded), drawn root first: where in the program the
@@ -35,7 +37,8 @@ def icicle_figure(weights: dict[tuple[Frame, ...], int], max_depth: int = 10) ->
                 values.append(0)
             values[node] += size
     fig = go.Figure(go.Icicle(ids=ids, parents=parents, labels=labels, values=values, branchvalues="total",
-                              hovertext=hover, hovertemplate="%{hovertext}<br>%{value:,} bytes<extra></extra>",
+                              hovertext=hover, customdata=[format_bytes(v) for v in values],
+                              hovertemplate="%{hovertext}<br>%{customdata} live<extra></extra>",
                               marker=dict(colorscale="Blues"), root=dict(color="#DDDDDD"),
                               tiling=dict(orientation="v")))  # root on top, across the width: its label fits
     fig.update_layout(height=420, margin=dict(l=10, r=10, t=10, b=10))

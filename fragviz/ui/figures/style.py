@@ -1,6 +1,8 @@
 """What every figure shares: the colours, the byte unit an axis is drawn in, round ticks for a fraction."""
 from __future__ import annotations
 
+import math
+
 from fragviz.base.units import GiB, KiB, MiB
 
 # Okabe-Ito: distinguishable with every common colour-vision deficiency.
@@ -18,3 +20,15 @@ def unit_for(max_bytes: float) -> tuple[float, str]:
         if max_bytes >= scale:
             return float(scale), name
     return 1.0, "B"
+
+
+def round_ticks(top: float, most: int = 6) -> dict:
+    """Ticks at round values (1, 2 or 5 times a power of ten) from 0 to at least `top`, at most `most` steps apart,
+    and the range they span: an axis that overlays another otherwise ticks at odd values (3.7, 7.4, ...)."""
+    if not top > 0:
+        return dict(tickmode="array", tickvals=[0, 1], range=[0, 1])
+    magnitude = 10.0 ** math.floor(math.log10(top / most))
+    step = next(m * magnitude for m in (1, 2, 5, 10, 20) if top / (m * magnitude) <= most)
+    count = math.ceil(top / step - 1e-9)
+    values = [round(i * step, 12) for i in range(count + 1)]
+    return dict(tickmode="array", tickvals=values, range=[0, values[-1] * 1.04])

@@ -49,7 +49,7 @@ def segments_card() -> html.Section:
 
 
 def gaps_card() -> html.Section:
-    return card("Free gaps", dcc.Graph(id=ids.GAP_HISTOGRAM, config={"displaylogo": False}),
+    return card("Free gaps", dcc.Graph(id=ids.GAP_HISTOGRAM, config={"displayModeBar": False}),
                 html.Label(["mark a size (MiB) ", dcc.Input(id=ids.MARK_SIZE, type="number", min=0, debounce=True)]))
 
 
