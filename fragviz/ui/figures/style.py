@@ -10,6 +10,11 @@ COLORS = {"allocated": "#0072B2", "requested": "#56B4E9", "reserved": "#E69F00",
           "fragmentation": "#CC79A7", "oom": "#D55E00", "pending": "#F0E442", "waste": "#003F63",
           "segment": "#999999", "selected": "#000000"}
 
+# The left and right margins of the charts drawn over a trace's events, one above the other on the snapshot page
+# (the timeline, memory by kind, the allocation bands): their x axes line up, room left for the timeline's
+# fragmentation axis on the right
+TRACE_X_MARGIN = dict(l=64, r=64)
+
 # Round ticks for a 0..1 axis: an overlaying axis otherwise takes its ticks from the primary's (19 %, 37 %, ...)
 FRACTION_TICKS = dict(tickmode="array", tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0], tickformat=".0%")
 

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from fragviz.model.lod import Timeline
-from fragviz.ui.figures.style import COLORS, FRACTION_TICKS, unit_for
+from fragviz.ui.figures.style import COLORS, FRACTION_TICKS, TRACE_X_MARGIN, unit_for
 
 
 class Span(Protocol):
@@ -57,13 +57,13 @@ def timeline_figure(tl: Timeline, markers: dict[str, list[int]], event: int | No
     if event is not None:
         fig.add_vline(x=float(to_x(np.asarray([event]))[0]), line=dict(color=COLORS["selected"], width=1))
     fig.update_layout(
-        margin=dict(l=60, r=60, t=30, b=40), height=320, hovermode="x", uirevision=f"timeline-{axis}",
-        legend=dict(orientation="h", y=1.12, x=0), clickmode="event",
+        margin=dict(TRACE_X_MARGIN, t=30, b=40), height=320, hovermode="x", uirevision=f"timeline-{axis}",
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0), clickmode="event",  # above: grows up
         xaxis=dict(title="seconds since the first event" if timed else "event",
                    range=list(x_range) if x_range else None),
-        yaxis=dict(title=unit, rangemode="tozero"),
+        yaxis=dict(title=unit, rangemode="tozero", automargin=False),  # the margins stay TRACE_X_MARGIN's
         yaxis2=dict(title="fragmentation", overlaying="y", side="right", range=[0, 1], showgrid=False,
-                    **FRACTION_TICKS))
+                    automargin=False, **FRACTION_TICKS))
     if timed:
         fig.update_layout(meta={"event_seconds": {"events": starts.tolist(), "seconds": seconds.tolist()}})
     return fig

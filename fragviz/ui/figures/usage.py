@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from fragviz.ui.data.usage import BandView, GroupView
-from fragviz.ui.figures.style import unit_for
+from fragviz.ui.figures.style import TRACE_X_MARGIN, unit_for
 from fragviz.usage.kinds import KIND_LABELS
 
 # Site colours (Okabe-Ito, then Tableau): the last, grey, is every other site
@@ -60,15 +60,14 @@ def bands_figure(view: BandView, x_range: Sequence[float] | None = None) -> go.F
     folded_note = f"; {b.folded_count:,} smaller allocations folded per site (pale)" if b.folded_count else ""
     top = float(grid.live.max()) / scale if len(grid) else 1.0
     fig.update_layout(
-        hovermode=False, height=440, margin=dict(l=60, r=10, t=40, b=40), shapes=shapes,
+        hovermode=False, height=464, margin=dict(TRACE_X_MARGIN, t=40, b=64), shapes=shapes,
         meta={"bands": _hover_table(view, scale)},
         xaxis=dict(title="event (state after it)", range=list(x_range) if x_range else [edges[0], edges[-1]],
                    showgrid=False),
         yaxis=dict(title=f"live memory ({unit})", range=[0, top * 1.04 or 1], fixedrange=True, showgrid=False),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, font=dict(size=10), itemclick=False,
                     itemdoubleclick=False),
-        annotations=[dict(text=note + folded_note, xref="paper", yref="paper", x=1, y=-0.13, showarrow=False,
-                          xanchor="right", font=dict(size=10, color="#555"))],
+        annotations=[_note(note + folded_note)],
         plot_bgcolor="#ffffff")
     return fig
 
@@ -144,13 +143,18 @@ def groups_figure(view: GroupView, x_range: Sequence[float] | None = None) -> go
     note = ("exact: one point per state" if grid.bucket == 1 else
             f"each step is the state with the most live bytes among {grid.bucket:,} states")
     fig.update_layout(
-        height=320, hovermode="x unified", margin=dict(l=60, r=10, t=30, b=40),
+        height=344, hovermode="x unified", margin=dict(TRACE_X_MARGIN, t=30, b=64),
         xaxis=dict(title="event (state after it)", range=list(x_range) if x_range else [x[0], x[-1]]),
         yaxis=dict(title=f"live memory ({unit})", rangemode="tozero", fixedrange=True),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, font=dict(size=10)),
-        annotations=[dict(text=note, xref="paper", yref="paper", x=1, y=-0.18, showarrow=False, xanchor="right",
-                          font=dict(size=10, color="#555"))], plot_bgcolor="#ffffff")
+        annotations=[_note(note)], plot_bgcolor="#ffffff")
     return fig
+
+
+def _note(text: str) -> dict:
+    """How a chart's states were drawn: at the bottom right, on a line of its own under the x axis's title."""
+    return dict(text=text, xref="paper", yref="paper", x=1, y=0, yanchor="top", yshift=-46, showarrow=False,
+                xanchor="right", font=dict(size=10, color="#555"))
 
 
 def empty_figure(message: str) -> go.Figure:
