@@ -91,6 +91,10 @@ FIRST = (
     "tests/browser/test_usage_views.py",
     "tests/integration/test_live.py",
     "tests/integration/test_run_dropin.py",
+    "tests/integration/test_lives_real.py",
+    "tests/integration/test_lives_api.py",
+    "tests/browser/test_widths.py",
+    "tests/integration/test_parallel_replay.py",
 )
 
 
