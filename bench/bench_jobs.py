@@ -109,7 +109,7 @@ class Databases:
     def new(self, tag: str) -> str:
         name = f"fragviz_bench_jobs_{os.getpid()}_{tag}"
         with self._admin() as conn:
-            _drop(conn, name)
+            drop_database(conn, name)
             conn.execute(f'CREATE DATABASE "{name}"')
         self.made.append(name)
         return self.url.set(database=name).render_as_string(hide_password=False)
@@ -117,10 +117,10 @@ class Databases:
     def drop_all(self) -> None:
         with self._admin() as conn:
             for name in self.made:
-                _drop(conn, name)
+                drop_database(conn, name)
 
 
-def _drop(conn, name: str) -> None:
+def drop_database(conn, name: str) -> None:
     """DROP DATABASE ... WITH (FORCE), waiting out an autovacuum worker that a role outside pg_signal_backend may
     not end."""
     import psycopg

@@ -27,6 +27,7 @@ SEGMENT_COLUMNS = ("address", "size", "stream", "pool", "expandable", "pool_a", 
 BLOCK_COLUMNS = ("address", "size", "requested", "state", "stack", "first", "end")
 _STATES = {ALLOCATED: BlockState.ACTIVE_ALLOCATED, PENDING_FREE: BlockState.ACTIVE_PENDING_FREE,
            FREE: BlockState.INACTIVE}
+_ROW_STATES = {state: row for row, state in _STATES.items()}
 _BLOCK_EVENTS = (ALLOC, FREE_COMPLETED, FREE_REQUESTED)
 
 
@@ -178,6 +179,5 @@ def _add_final(tracker: _Tracker, final: list[Segment], n: int) -> None:
         tracker.segs.rows.append((seg.address, seg.total_size, seg.stream, POOLS.index(seg.pool), expandable,
                                   pool_a, pool_b, seg.stack, n, n + 1))
         for b in seg.blocks:
-            state = {BlockState.ACTIVE_ALLOCATED: ALLOCATED, BlockState.ACTIVE_PENDING_FREE: PENDING_FREE}
-            tracker.blocks.rows.append((b.address, b.size, b.requested_size, state.get(b.state, FREE), b.stack,
-                                        n, n + 1))
+            tracker.blocks.rows.append((b.address, b.size, b.requested_size, _ROW_STATES.get(b.state, FREE),
+                                        b.stack, n, n + 1))

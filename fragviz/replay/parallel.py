@@ -56,7 +56,13 @@ def _in_workers(snapshot: Snapshot, settings: AllocatorSettings, devices: list[i
     breaks the pool: the devices it left are replayed here, one at a time, rather than waited for forever."""
     global _SHARED
     longest_first = sorted(devices, key=lambda d: -len(snapshot.trace_of(d)))
-    replays, done = {}, 0
+    replays: dict[int, DeviceReplay] = {}
+
+    def keep(replay: DeviceReplay) -> None:
+        replays[replay.device] = replay
+        if progress is not None:
+            progress(sum(len(snapshot.trace_of(d)) for d in replays), total)
+
     _SHARED = (snapshot, settings)
     try:
         context = multiprocessing.get_context("fork")
@@ -65,18 +71,11 @@ def _in_workers(snapshot: Snapshot, settings: AllocatorSettings, devices: list[i
             pending = [pool.submit(_replay_in_worker, d) for d in longest_first]
             for finished in as_completed(pending):
                 device, parts = finished.result()
-                replays[device] = DeviceReplay(device, snapshot.trace_of(device), sizer=default_sizer(settings),
-                                               **parts)
-                done += len(snapshot.trace_of(device))
-                if progress is not None:
-                    progress(done, total)
+                keep(DeviceReplay(device, snapshot.trace_of(device), sizer=default_sizer(settings), **parts))
     except BrokenProcessPool:
         for device in longest_first:
             if device not in replays:
-                replays[device] = replay_device(snapshot, device, settings)
-                done += len(snapshot.trace_of(device))
-                if progress is not None:
-                    progress(done, total)
+                keep(replay_device(snapshot, device, settings))
     finally:
         _SHARED = None
     return {d: replays[d] for d in devices}

@@ -20,6 +20,7 @@ from fragviz.library import Library
 from fragviz.replay.analysis import analyze
 from fragviz.snapshot import load_snapshot
 from tests.support.helpers import wait_for
+from tests.support.processes import children, running
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 EVENTS = 300_000  # per device: a replay of a few seconds, long enough to be caught in the middle
@@ -35,27 +36,6 @@ def two_devices(tmp_path_factory) -> str:
     with open(path, "wb") as fh:
         pickle.dump(data, fh, protocol=4)
     return path
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is `pid`."""
-    out = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def start_ingest(db: str, path: str) -> tuple[subprocess.Popen, list[int]]:
@@ -88,7 +68,7 @@ def test_a_replay_worker_killed_midway_leaves_its_device_to_the_ingest(two_devic
 
 def test_an_ingest_killed_midway_leaves_no_replay_worker(two_devices, tmp_path):
     proc, workers = start_ingest(str(tmp_path / "store.sqlite"), two_devices)
-    assert all(alive(w) for w in workers)
+    assert all(running(w) for w in workers)
     proc.kill()
     proc.communicate(timeout=60)  # the pipes close only once every process holding them has ended
-    wait_for(lambda: not any(alive(w) for w in workers), "the replay workers to end with their ingest", deadline=30)
+    wait_for(lambda: not any(running(w) for w in workers), "the replay workers to end with their ingest", deadline=30)

@@ -27,6 +27,7 @@ import pytest
 
 from fragviz.allocator.synth import synthetic_snapshot
 from tests.support.helpers import MiB, block, free_port, segment, snapshot, wait_for, write_pickle
+from tests.support.processes import children, command_line, proc_state, running
 
 TOKEN = "tok-3f9a7c1e5b"
 Answer = tuple[int, Any, bytes]  # status, headers, body
@@ -528,32 +529,9 @@ def steps() -> bytes:
     return pickle.dumps(synthetic_snapshot(60_000, seed=7), protocol=4)
 
 
-def proc_state(pid: int) -> str | None:
-    """A process's state letter (R, S, T stopped, Z ended but not reaped), None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def running(pid: int) -> bool:
-    return proc_state(pid) not in (None, "Z", "X")
-
-
 def ingest_child_of(pid: int) -> int | None:
     """The `fragviz.ui.http.ingest_child` process whose parent is `pid`, if there is one."""
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                if int(fh.read().rsplit(")", 1)[1].split()[1]) != pid:
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                if b"fragviz.ui.http.ingest_child" in fh.read():
-                    return int(entry)
-        except (OSError, ValueError, IndexError):
-            continue
-    return None
+    return next((c for c in children(pid) if b"fragviz.ui.http.ingest_child" in command_line(c)), None)
 
 
 def told_to_end(pid: int) -> bool:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 import uuid
 
 import psycopg
 from sqlalchemy.engine import make_url
+
+from bench.bench_jobs import drop_database as drop_named
 
 ADMIN_URL = os.environ.get("FRAGVIZ_TEST_PG", "postgresql://fragviz:fragviz@127.0.0.1:5432/fragviz")
 _count = itertools.count()
@@ -32,18 +33,8 @@ def new_database() -> str:
 
 
 def drop_database(url: str) -> None:
-    """Drop a test database, ending its sessions. An autovacuum worker (no role) may be analysing the fresh
-    tables; a role that is not in pg_signal_backend may not end it, so wait for it and try again."""
-    name = make_url(url).database
     with _admin() as conn:
-        for attempt in range(60):
-            try:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                return
-            except psycopg.errors.InsufficientPrivilege:
-                if attempt == 59:
-                    raise
-                time.sleep(0.5)
+        drop_named(conn, make_url(url).database)
 
 
 ENGINES = ("sqlite", "postgresql")

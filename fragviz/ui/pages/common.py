@@ -6,7 +6,7 @@ from urllib.parse import parse_qs, urlencode
 
 from dash import dcc, html
 
-from fragviz.base.errors import UsageError, public_message as public_error
+from fragviz.base.errors import UsageError
 from fragviz.doctor import Diagnosis
 from fragviz.store.records import Summary
 from fragviz.base.units import format_bytes

@@ -12,11 +12,10 @@ from fragviz.doctor.message import find_messages
 from fragviz.doctor.summary import SummaryFormatError, parse_summary
 from fragviz.doctor.summary_checks import message_device
 from fragviz.doctor.summary_text import SummaryDiagnosis, diagnose_summary
-from fragviz.base.errors import FragvizError
+from fragviz.base.errors import FragvizError, public_message
 from fragviz.ui import ids
 from fragviz.ui.context import AppContext
-from fragviz.ui.pages.common import (card, error_page, error_panel, fb, header, public_error, query_int,
-                                     verdict_card)
+from fragviz.ui.pages.common import card, error_page, error_panel, fb, header, query_int, verdict_card
 
 PATH = "/doctor"
 SOURCE = "the paste"
@@ -36,7 +35,7 @@ def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Di
         try:
             row = ctx.reader.snapshot_row(sid)
         except FragvizError as exc:
-            return error_page(public_error(exc, ctx.reader.records.path))
+            return error_page(public_message(exc, ctx.reader.records.path))
         intro.append(html.P(["Read with snapshot ", dcc.Link(row.name.rsplit("/", 1)[-1], href=f"/snapshots/{sid}"),
                              " and its own OOMs."], className="fv-sub"))
     return html.Div([header(), html.Main(className="fv-main", children=[

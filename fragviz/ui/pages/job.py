@@ -9,13 +9,13 @@ import dash
 from dash import ALL, Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from fragviz.base.errors import FragvizError
+from fragviz.base.errors import FragvizError, public_message
 from fragviz.jobs.stats import OUTLIER_RULE
 from fragviz.jobs.table import JobFigures, RankRow, job_figures, job_figures_of
 from fragviz.ui import ids
 from fragviz.ui.context import AppContext
 from fragviz.ui.figures.jobs import ranks_figure
-from fragviz.ui.pages.common import card, error_page, error_panel, fb, header, public_error
+from fragviz.ui.pages.common import card, error_page, error_panel, fb, header
 
 PATH = "/jobs/"  # the page's prefix: /jobs/<id>
 NOT_RECORDED = "not recorded"
@@ -48,7 +48,7 @@ def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Di
             raise FragvizError(f"{pathname}: not a job's address (/jobs/<id>)")
         figures = job_figures_of(ctx.reader, job_id)
     except FragvizError as exc:
-        return error_page(public_error(exc, ctx.reader.records.path))
+        return error_page(public_message(exc, ctx.reader.records.path))
     job = figures.job
     return html.Div([header(), html.Main(className="fv-main fv-job", children=[
         html.H2(f"Job {job.name}"),
@@ -194,7 +194,7 @@ def register(app: dash.Dash, ctx: AppContext) -> None:
         try:
             figures = job_figures_of(ctx.reader, job_id)
         except FragvizError as exc:
-            return error_panel(public_error(exc, ctx.reader.records.path)), no_update
+            return error_panel(public_message(exc, ctx.reader.records.path)), no_update
         return ranks_table(figures, key, desc), {"key": key, "desc": desc}
 
     @app.callback(Output(ids.URL, "href", allow_duplicate=True), Input(ids.JOB_CHART, "clickData"),

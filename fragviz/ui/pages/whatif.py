@@ -11,7 +11,7 @@ import dash
 from dash import Input, Output, State, ctx as dash_ctx, dcc, html, no_update
 
 from fragviz.allocator.config import parse_alloc_conf
-from fragviz.base.errors import FragvizError
+from fragviz.base.errors import FragvizError, public_message
 from fragviz.store.records import Summary
 from fragviz.simulate.records import RunFigures
 from fragviz.simulate.whatif import SIMULATED, UNKNOWN, DeviceWhatIf, refusal_for, simulate_device
@@ -20,7 +20,7 @@ from fragviz.ui.figures.whatif import overlay_figure
 from fragviz.ui.data.whatif_runs import WhatIfRun
 from fragviz.ui.context import AppContext
 from fragviz.ui.pages.common import (card, error_page, error_panel, fb, header, make_search, opening_device,
-                                     path_sid, public_error, query_int, sid_of)
+                                     path_sid, query_int, sid_of)
 from fragviz.base.units import parse_size
 
 PATH = "/whatif/"  # the page's prefix: /whatif/<id>
@@ -32,7 +32,7 @@ def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Di
         sid = path_sid(pathname, PATH)
         row = ctx.reader.snapshot_row(sid)
     except FragvizError as exc:
-        return error_page(public_error(exc, ctx.reader.records.path))
+        return error_page(public_message(exc, ctx.reader.records.path))
     device = opening_device(row.devices, row.summary, query_int(search, "device"))
     title = html.H2(["What if… ", dcc.Link(row.name.rsplit("/", 1)[-1], id=ids.WHATIF_SNAPSHOT_LINK,
                                            href=snapshot_href(sid, device))])
@@ -153,7 +153,7 @@ def started(ctx: AppContext, conf: str | None, memory: str | None, device: int, 
         sid = sid_of(pathname)
         run_id = ctx.whatif_runs.start(lambda run: _simulate(ctx, sid, device, conf or "", capacity, run), "whatif")
     except FragvizError as exc:
-        return no_update, True, error_panel(public_error(exc, ctx.reader.records.path))
+        return no_update, True, error_panel(public_message(exc, ctx.reader.records.path))
     return run_id, False, html.Div([html.Progress(value="0", max="100"), f" simulating cuda:{device}…"])
 
 

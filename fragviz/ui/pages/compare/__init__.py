@@ -7,11 +7,11 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, dash_table, dcc, html, no_update
 
-from fragviz.base.errors import FragvizError
+from fragviz.base.errors import FragvizError, public_message
 from fragviz.ui import ids
 from fragviz.ui.figures.compare import difference_figure
 from fragviz.ui.context import AppContext
-from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, public_error, query_int
+from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int
 from fragviz.ui.pages.compare import align as compare_align
 
 PATH = "/compare"  # a prefix, as it always was: /compare?a=...
@@ -99,7 +99,7 @@ def compared(ctx: AppContext, a, b, ea, eb, da, db) -> tuple:
         row_a, da, seg_a, fig_a, ka = _state(ctx, a, da, ea)
         row_b, db, seg_b, fig_b, kb = _state(ctx, b, db, eb)
     except FragvizError as exc:
-        return error_panel(public_error(exc, ctx.reader.records.path)), {}, []
+        return error_panel(public_message(exc, ctx.reader.records.path)), {}, []
     rows = _difference(ctx, a, seg_a, b, seg_b)
     table = [{"site": r["site"], "a": fb(r["bytes_a"]), "b": fb(r["bytes_b"]), "delta": fb(r["bytes_b"] - r["bytes_a"]),
               "delta_bytes": r["bytes_b"] - r["bytes_a"]} for r in rows]

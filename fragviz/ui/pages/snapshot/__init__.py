@@ -8,10 +8,10 @@ from __future__ import annotations
 import dash
 from dash import dcc, html
 
-from fragviz.base.errors import FragvizError
+from fragviz.base.errors import FragvizError, public_message
 from fragviz.ui import ids
 from fragviz.ui.context import AppContext
-from fragviz.ui.pages.common import card, error_page, fb, header, public_error
+from fragviz.ui.pages.common import card, error_page, fb, header
 from fragviz.ui.pages.snapshot import device, export, oom, sites, stack, state, timeline, usage
 from fragviz.ui.pages.snapshot.view import PATH, view_of
 
@@ -25,7 +25,7 @@ def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Di
         row = ctx.reader.snapshot_row(view.sid)
         meta = ctx.reader.snapshot_meta(view.sid)
     except FragvizError as exc:
-        return error_page(public_error(exc, ctx.reader.records.path))
+        return error_page(public_message(exc, ctx.reader.records.path))
     if not row.devices:
         return empty_page(row, meta)
     fmt = meta["format"]
