@@ -116,7 +116,7 @@
     return "u" + Date.now().toString(36) + Math.random().toString(36).slice(2, 12);
   }
 
-  var PHASE_TEXT = { read: "reading…", decode: "decoding…", parse: "parsing…", replay: "replaying",
+  var PHASE_TEXT = { send: "sending…", read: "reading…", decode: "decoding…", parse: "parsing…", replay: "replaying",
                      store: "storing…" };
 
   // While the server ingests, its progress (GET /api/uploads/<id>) shows in the row: the phase, the events
@@ -125,7 +125,8 @@
     var stopped = !!quiet;
     var drawn = false;
     function look() {
-      return fetch("/api/uploads/" + encodeURIComponent(uploadId)).then(function (r) {
+      // sending=1: until the server's handler has the upload, the id reads as "send", not as a 404
+      return fetch("/api/uploads/" + encodeURIComponent(uploadId) + "?sending=1").then(function (r) {
         return r.ok ? r.json() : null;
       });
     }

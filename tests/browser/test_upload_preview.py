@@ -87,5 +87,11 @@ def test_the_server_tells_an_upload_s_progress_and_first_picture(tmp_path):
         with pytest.raises(urllib.error.HTTPError) as info:
             server.get_json("/api/uploads/not-an-upload-at-all")
         assert info.value.code == 404
+        # the page asks while it still sends: an id the server has not seen yet is being sent, not missing
+        assert server.get_json("/api/uploads/not-an-upload-at-all?sending=1") == {
+            "phase": "send", "done": 0, "total": 0, "preview": None}
+        with pytest.raises(urllib.error.HTTPError) as info:
+            server.get_json("/api/uploads/bad.id?sending=1")  # not an id an upload can have
+        assert info.value.code == 404
     finally:
         server.stop()

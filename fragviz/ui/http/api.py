@@ -132,7 +132,7 @@ def api_blueprint(reader: Library, writer: Writer, uploads: Uploads) -> Blueprin
 
     @bp.get("/uploads/<upload_id>")
     def upload_progress(upload_id: str):
-        return jsonify(uploads.progress(upload_id))
+        return jsonify(uploads.progress(upload_id, sending=request.args.get("sending") == "1"))
 
     @bp.get("/snapshots/<int:sid>/report")
     def report(sid: int):

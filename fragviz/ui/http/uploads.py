@@ -109,13 +109,17 @@ class Uploads:
             with suppress(FileNotFoundError):
                 os.unlink(path)
 
-    def progress(self, upload_id: str) -> dict[str, Any]:
-        """An upload's ingest as far as it has come: {"phase", "done", "total", "preview"}."""
+    def progress(self, upload_id: str, sending: bool = False) -> dict[str, Any]:
+        """An upload's ingest as far as it has come: {"phase", "done", "total", "preview"}. With `sending`, the
+        asker says it is still sending that upload: an id not seen yet (its request has not reached the server's
+        handler) reads as phase "send" instead of an error."""
         path = self._following.get(upload_id)
         if path is not None:
             return read_progress(path)
         if upload_id in self._finished:
             return self._finished[upload_id]
+        if sending and UPLOAD_ID.fullmatch(upload_id):
+            return {"phase": "send", "done": 0, "total": 0, "preview": None}
         raise NotFoundError(f"no upload {upload_id!r} is being ingested")
 
     @classmethod
