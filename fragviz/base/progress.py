@@ -95,9 +95,14 @@ class ProgressLog:
         self.fh.close()
 
 
+def no_progress(phase: str | None = None) -> dict:
+    """The state of a ProgressLog with nothing written yet: `phase` (None: not begun), no count, no preview."""
+    return {"phase": phase, "done": 0, "total": 0, "preview": None}
+
+
 def read_progress(path: str) -> dict:
     """The state a ProgressLog file tells: the latest phase and count, and the preview once written."""
-    state: dict = {"phase": None, "done": 0, "total": 0, "preview": None}
+    state = no_progress()
     try:
         with open(path, encoding="utf-8") as fh:
             for line in fh:

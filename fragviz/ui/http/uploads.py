@@ -29,7 +29,7 @@ from werkzeug.sansio.multipart import Data, Epilogue, Field, File, MultipartDeco
 
 from fragviz.base.errors import FragvizError, NotFoundError
 from fragviz.library.ingest import clean_name
-from fragviz.base.progress import read_progress
+from fragviz.base.progress import no_progress, read_progress
 from fragviz.base.settings import setting
 from fragviz.ui.http.ingest_child import stop_all
 from fragviz.ui.http.pace import PACE_KEY, TooSlow
@@ -119,7 +119,7 @@ class Uploads:
         if upload_id in self._finished:
             return self._finished[upload_id]
         if sending and UPLOAD_ID.fullmatch(upload_id):
-            return {"phase": "send", "done": 0, "total": 0, "preview": None}
+            return no_progress("send")
         raise NotFoundError(f"no upload {upload_id!r} is being ingested")
 
     @classmethod
