@@ -51,23 +51,48 @@
     return events[n - 1];
   }
 
+  // The timeline's line at its selected event (plot.__fvEvent), over its plot area; hidden outside the range shown
+  function placeTimelineLine(plot) {
+    var size = plotArea(plot), range = axisRange(plot, "xaxis");
+    if (!size || !range || range[1] === range[0] || typeof plot.__fvEvent !== "number") { return; }
+    var line = plot.querySelector(".fv-event-line");
+    if (!line) {
+      line = document.createElement("div");
+      line.className = "fv-event-line";
+      plot.appendChild(line);
+    }
+    var x = eventX({layout: plot.layout}, plot.__fvEvent);
+    var px = (x - range[0]) / (range[1] - range[0]) * size.w;
+    line.setAttribute("data-x", String(x));
+    line.style.display = px >= 0 && px <= size.w ? "block" : "none";
+    line.style.left = (size.l + px) + "px";
+    line.style.top = size.t + "px";
+    line.style.height = size.h + "px";
+  }
+
   window.fragvizPlots = {plotArea: plotArea, axisRange: axisRange, eventX: eventX, secondsToEvent: secondsToEvent};
 
   var ns = (window.dash_clientside = window.dash_clientside || {});
   ns.fragviz = Object.assign(ns.fragviz || {}, {
-    // `value`, 120 ms later: what follows it is drawn after what the browser is drawing now
-    later: function (value) {
-      return new Promise(function (resolve) { setTimeout(function () { resolve(value); }, 120); });
-    },
-
-    // The snapshot page's selected event (`event`, from the state's callback) as the timeline's one line
-    timelineEventLine: function (event, figure) {
-      var plot = document.querySelector("#timeline .js-plotly-plot");
-      if (plot && window.Plotly && typeof event === "number") {
-        var x = eventX(figure, event);
-        window.Plotly.relayout(plot, {shapes: [{type: "line", xref: "x", yref: "paper", x0: x, x1: x, y0: 0, y1: 1,
-                                                line: {color: "#000000", width: 1}}]});
-      }
+    // The snapshot page's selected event (`event`, from the state's callback) as the timeline's one line: an
+    // element laid over the plot, placed from its x axis (by time, where the figure's meta puts the event), and
+    // placed again after each redraw (a zoom, the other axis); moving it redraws nothing of the timeline
+    timelineEventLine: function (event) {
+      if (typeof event !== "number") { return window.dash_clientside.no_update; }
+      var tries = 0;
+      (function place() {  // the timeline may not be drawn yet: wait for it (a few seconds at most)
+        var plot = document.querySelector("#timeline .js-plotly-plot");
+        if (!plot || !plot.on || !plotArea(plot)) {
+          if (tries++ < 300) { window.requestAnimationFrame(place); }
+          return;
+        }
+        plot.__fvEvent = event;
+        if (!plot.__fvLine) {
+          plot.__fvLine = true;
+          plot.on("plotly_afterplot", function () { placeTimelineLine(plot); });
+        }
+        placeTimelineLine(plot);
+      })();
       return window.dash_clientside.no_update;
     },
   });

@@ -1,5 +1,6 @@
 // The library's upload area: a hidden file input added to #upload, each file POSTed to /api/snapshots with its
-// progress shown, then a link to its view or the loader's one-line error. Text is set with textContent only.
+// progress shown. One file, once stored, opens its snapshot page; of several, each row ends with a link to its
+// view or the loader's one-line error. Text is set with textContent only.
 (function () {
   "use strict";
 
@@ -30,12 +31,21 @@
   function uploadAll(files) {
     var results = document.getElementById("upload-results");
     var list = Array.prototype.slice.call(files || []);
+    var stored = [];
     return list.reduce(function (done, file) {
-      return done.then(function () { return uploadOne(file, results); });
+      return done.then(function () { return uploadOne(file, results).then(function (id) { stored.push(id); }); });
     }, Promise.resolve()).then(function () {
+      if (list.length === 1 && stored[0] !== null) { return open("/snapshots/" + stored[0]); }
       var refresh = document.getElementById("upload-done");
       if (refresh) { refresh.click(); }
     });
+  }
+
+  // The page at `href`, reached as a dcc.Link reaches it: no reload, the app's router draws it
+  function open(href) {
+    window.history.pushState({}, "", href);
+    window.dispatchEvent(new CustomEvent("_dashprivate_pushstate"));
+    window.scrollTo(0, 0);
   }
 
   // The row already names the file: show the error without the "NAME: " it starts with (the server's name).
@@ -90,18 +100,21 @@
           status.textContent = "";
           status.appendChild(link);
           row.classList.add("fv-ok");
+          var note = row.nextSibling && row.nextSibling.querySelector && row.nextSibling.querySelector(".fv-preview-note");
+          if (note) { note.remove(); }  // what it promised is there: the link
+          resolve(body.id);
         } else {
           status.textContent = problemOf(body) || ("upload failed: HTTP " + xhr.status);
           row.classList.add("fv-bad");
+          resolve(null);
         }
-        resolve();
       };
       xhr.onerror = function () {
         if (follow) { follow.stop(); }
         bar.remove();
         status.textContent = "upload failed: the server could not be reached";
         row.classList.add("fv-bad");
-        resolve();
+        resolve(null);
       };
       // The file itself as the body: the server reads it without parsing multipart (see api.py).
       xhr.setRequestHeader("Content-Type", "application/octet-stream");
@@ -131,9 +144,11 @@
       });
     }
     function draw(state) {
-      if (state && state.preview && !drawn) {
-        drawn = true;
-        row.parentNode.insertBefore(previewOf(state.preview), row.nextSibling);
+      // a trace to draw: a device without one (a snapshot of its state alone) has no line over events
+      var traced = state && state.preview && state.preview.filter(function (d) { return d.events > 0; });
+      if (traced && traced.length && !drawn) {
+        drawn = true;  // once the link is in, the note's promise is kept: no note
+        row.parentNode.insertBefore(previewOf(traced, !row.classList.contains("fv-ok")), row.nextSibling);
       }
     }
     function poll() {
@@ -165,7 +180,7 @@
 
   function gib(n) { return (n / 1073741824).toFixed(2) + " GiB"; }
 
-  function previewOf(devices) {
+  function previewOf(devices, noted) {
     var box = document.createElement("div");
     box.className = "fv-preview";
     box.setAttribute("data-devices", String(devices.length));
@@ -174,7 +189,7 @@
     note.className = "fv-preview-note";
     note.textContent = "first picture, from the trace alone: fragmentation, segment maps and allocated bytes " +
                        "follow when the replay is done";
-    box.appendChild(note);
+    if (noted) { box.appendChild(note); }
     return box;
   }
 

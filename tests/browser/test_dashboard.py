@@ -13,24 +13,19 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.support.helpers import REAL, ROOT, MiB, block, ev, segment, snapshot, write_pickle
-from tests.support.pages import post_file, upload, wait_for_plot
+from tests.support.pages import click_block, post_file, upload, wait_for_plot, wait_for_state
 from tests.support.server import Server
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
 SMALL = os.path.join(REAL, "cs336silmont_small.pickle")
 
 
-def click_widest_block(page, trace: int = 0) -> None:
-    """Click the middle of the widest bar of one of the segment map's traces (0: allocated blocks), until the
-    stack panel shows a block: a click that lands while the map is redrawn (its first draw, then its size axis
-    and the page's layout settling, all later under load) reaches no bar, so it is given again, a few times."""
+def click_widest_block(page) -> None:
+    """Click the middle of the widest allocated block of the segment map until the stack panel shows a block:
+    a click that lands while the page's layout still settles (under load) may reach another spot, so it is
+    given again, a few times."""
     for _ in range(5):
-        graph = page.locator("#segment-map")
-        graph.scroll_into_view_if_needed()
-        bars = page.locator("#segment-map .trace.bars").nth(trace).locator("path").all()
-        box = max((b.bounding_box() for b in bars), key=lambda bb: bb["width"] if bb else 0)
-        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        click_block(page)
         try:
             page.wait_for_function("document.querySelector('#stack-trace').innerText.includes('block of')",
                                    timeout=20000)
@@ -55,8 +50,8 @@ def test_upload_a_real_snapshot_and_a_bad_file(page, server, tmp_path):
     ok.locator("a").click()
     page.wait_for_url("**/snapshots/*")
     wait_for_plot(page, "timeline")
-    page.wait_for_selector("#segment-map .bars path")
-    assert "after 97 of 97 events" in page.locator("#event-info").inner_text()
+    assert wait_for_state(page)["event"] == 97
+    page.wait_for_function("document.querySelector('#event-info').innerText.includes('after 97 of 97 events')")
 
     click_widest_block(page)
     stack = page.locator("#stack-trace").inner_text()
@@ -70,17 +65,59 @@ def test_step_through_events_and_the_url_follows(page, server):
     body, _ = post_file(server, SMALL)  # already there when the upload test ran first: then "unchanged"
     sid = body["id"]
     page.goto(f"{server.url}/snapshots/{sid}?device=0&event=40")
-    page.wait_for_selector("#segment-map .bars path")
-    assert "after 40 of 97 events" in page.locator("#event-info").inner_text()
+    wait_for_state(page, 40)
+    page.wait_for_function("document.querySelector('#event-info').innerText.includes('after 40 of 97 events')")
     page.click("#next-event")
     page.wait_for_function("location.search.includes('event=41')")
     page.wait_for_function("document.querySelector('#event-info').innerText.includes('after 41 of 97')")
-    shapes = "document.querySelector('#timeline .js-plotly-plot').layout.shapes"
-    page.wait_for_function(f"{shapes} && {shapes}.length === 1 && {shapes}[0].x0 === 41")  # the selection line moved
+    line = "document.querySelector('#timeline .fv-event-line')"
+    page.wait_for_function(f"{line} && {line}.dataset.x === '41'")  # the selection line moved
+    area = page.locator("#timeline .nsewdrag").first.bounding_box()
+    x_range = page.evaluate("document.querySelector('#timeline .js-plotly-plot').layout.xaxis.range")
+    left = page.locator("#timeline .fv-event-line").bounding_box()["x"]
+    assert abs(left - (area["x"] + (41 - x_range[0]) / (x_range[1] - x_range[0]) * area["width"])) <= 1.5
     page.keyboard.press("ArrowLeft")
     page.wait_for_function("location.search.includes('event=40')")
     state = server.get_json(f"/api/snapshots/{sid}/state?device=0&event=40")
     assert state["event"] == 40 and len(state["segments"]) == 6
+    assert page.errors == []
+
+
+def test_each_choice_draws_its_state_in_the_page(page, server):
+    """A typed event, a click on the timeline, a marked size and Back: each is drawn from the page's own state,
+    the one the server gives for that event."""
+    body, _ = post_file(server, SMALL)
+    sid = body["id"]
+    page.goto(f"{server.url}/snapshots/{sid}?device=0&event=10")
+    wait_for_state(page, 10)
+    page.fill("#event", "63")
+    page.press("#event", "Enter")
+    drawn = wait_for_state(page, 63)
+    page.wait_for_function("location.search === '?device=0&event=63'")
+    state = server.get_json(f"/api/snapshots/{sid}/state?device=0&event=63")
+    assert drawn["segments"] == len(state["segments"])
+    assert sorted(b["address"] for r in drawn["rows"] for b in r["blocks"]) == sorted(
+        b["address"] for s in state["segments"] for b in s["blocks"])
+
+    # a click on the timeline, by event: the state at the clicked x
+    wait_for_plot(page, "timeline")
+    area = page.locator("#timeline .nsewdrag").first.bounding_box()
+    x_range = page.evaluate("document.querySelector('#timeline .js-plotly-plot')._fullLayout.xaxis.range")
+    page.mouse.click(area["x"] + area["width"] * 0.25, area["y"] + area["height"] / 2)
+    page.wait_for_function("fragviz.stateView.drawn().event !== 63")
+    clicked = page.evaluate("fragviz.stateView.drawn().event")
+    assert abs(clicked - (x_range[0] + 0.25 * (x_range[1] - x_range[0]))) <= 3  # the nearest point's event
+    page.wait_for_function(f"location.search === '?device=0&event={clicked}'")
+
+    # a size marked on the gaps
+    page.fill("#mark-size", "64")
+    page.press("#mark-size", "Enter")
+    page.wait_for_function("fragviz.stateView.drawn().histogram.markText.startsWith('size 64.00 MiB')")
+    assert "size 64.00 MiB" in page.locator("#gap-histogram .fv-gaps-legend").inner_text()
+
+    page.go_back()  # Back: the typed event's state again
+    wait_for_state(page, 63)
+    assert page.evaluate("document.querySelector('#event').value") == "63"
     assert page.errors == []
 
 
@@ -90,7 +127,8 @@ def test_the_oom_sample_shows_its_verdict(page, server):
     page.wait_for_selector("#oom-verdict .fv-verdict", timeout=60000)
     verdict = page.locator("#oom-verdict").inner_text()
     assert "Fragmentation" in verdict and "expandable_segments:True" in verdict
-    page.wait_for_selector("#gap-histogram .bars path")
+    histogram = wait_for_state(page)["histogram"]
+    assert histogram["buckets"] and histogram["markText"].startswith("failed request")  # the OOM's, marked
     assert page.errors == []
 
 
@@ -100,9 +138,8 @@ def test_frame_names_are_text_not_markup(page, server, tmp_path):
                                    block(0x7F0000400000, 16 * MiB, "inactive", 0)])
     path = write_pickle(str(tmp_path / f"markup-{uuid.uuid4().hex[:6]}.pickle"),
                         snapshot([seg], [ev("alloc", 0x7F0000000000, 4 * MiB, frames=evil)]))
-    upload(page, server, path)
-    page.locator("#upload-results .fv-ok a").first.click()
-    page.wait_for_selector("#segment-map .bars path")
+    upload(page, server, path)  # one file: its page opens
+    wait_for_state(page)
     click_widest_block(page)
     page.check("#stack-all-frames input")
     page.wait_for_function("document.querySelector('#stack-trace').innerText.includes('<script>')")
@@ -168,7 +205,7 @@ def test_an_access_token_protects_pages_and_api(page, tmp_path):
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and "s3cret" not in cookie["value"]
         assert cookie["name"] == f"fragviz_session_{srv.port}"  # this server's own: browsers ignore ports
         upload(page, srv, os.path.join(ROOT, "sample_snapshots", "gpt_train.pickle.gz"))  # a write from the page
-        assert page.locator("#upload-results .fv-upload-row.fv-ok").count() == 1
+        page.wait_for_url("**/snapshots/*")  # stored, its page opened
         assert [r["name"] for r in srv.get_json("/api/snapshots", {"Authorization": "Bearer s3cret"})] == [
             "gpt_train.pickle.gz"]
         assert page.errors == []

@@ -10,7 +10,7 @@ from tests.support.server import Server
 from tests.support.pg import ENGINES, drop_store_target, new_store_target
 from fragviz.library import Library
 from tests.support.helpers import REAL
-from tests.support.pages import upload, wait_for_plot
+from tests.support.pages import upload, wait_for_plot, wait_for_state
 
 SMALL = os.path.join(REAL, "cs336silmont_small.pickle")
 
@@ -37,10 +37,8 @@ def test_an_upload_lands_in_the_store_and_its_page_draws_the_stored_state(page, 
         library.close()
     page.goto(f"{server.url}/snapshots/{row.id}?device=0&event={k}")
     wait_for_plot(page, "timeline")
-    page.wait_for_selector("#segment-map .bars path")
-    info = page.locator("#event-info").inner_text()
-    assert f"after {k} of {n} events" in info
-    # one row per segment of the stored state at that event
-    page.wait_for_function("document.querySelector('#segment-map .js-plotly-plot').layout.yaxis.categoryarray"
-                           f".length === {figures.segments}")
+    drawn = wait_for_state(page, k)
+    assert f"after {k} of {n} events" in drawn["info"]
+    page.wait_for_function(f"document.querySelector('#event-info').innerText.includes('after {k} of {n} events')")
+    assert len(drawn["rows"]) == figures.segments  # one row per segment of the stored state at that event
     assert page.errors == []

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from tests.support.helpers import REAL, ROOT
+from tests.support.pages import wait_for_state
 from tests.support.server import Server
 
 from fragviz.replay.analysis import analyze
@@ -138,18 +139,18 @@ def test_in_app_jumps_leave_no_error_in_the_server_log(page, logged):
     sid = logged.sample_id("gpt_train.pickle.gz")
     start = logged.log_size()
     page.goto(f"{logged.url}/snapshots/{sid}?device=0&event=40")
-    page.wait_for_selector("#segment-map .bars path")
+    wait_for_state(page)
     page.click(".fv-header nav a:text-is('Library')")  # a dcc.Link: the app routes it, no reload
     page.wait_for_selector("#library-table table")
     page.wait_for_load_state("networkidle")
     page.click(f"#library-table a[href='/snapshots/{sid}']")
-    page.wait_for_selector("#segment-map .bars path")
+    wait_for_state(page)
     page.click("a.fv-action:text-is('compare…')")
     page.wait_for_function(f"location.pathname === '/compare' && location.search.includes('a={sid}')")
     page.wait_for_selector("#compare-a")
     page.wait_for_load_state("networkidle")
     page.go_back()  # back to the snapshot page, then the what-if link
-    page.wait_for_selector("#segment-map .bars path")
+    wait_for_state(page)
     page.click("a.fv-action:text-is('what if…')")
     page.wait_for_selector("#whatif-run")
     page.wait_for_load_state("networkidle")

@@ -3,19 +3,19 @@ from __future__ import annotations
 
 from tests.support.helpers import MiB, real
 from fragviz.snapshot import read_raw
-from tests.support.pages import upload, wait_for_plot
+from tests.support.pages import upload, wait_for_state
 
 VERL = real("verl_mempools_pending.pickle")
 
 
 def test_segment_map_shows_pending_frees_and_private_pools(page, server):
-    upload(page, server, VERL)
-    page.locator("#upload-results .fv-ok a").first.click()
+    upload(page, server, VERL)  # one file: its page opens
     page.wait_for_url("**/snapshots/*")
-    wait_for_plot(page, "segment-map")
-    legend = page.evaluate("Array.from(document.querySelectorAll('#segment-map .legendtext')).map(t => t.textContent)")
+    drawn = wait_for_state(page)
+    assert "pending free" in drawn["kinds"]
+    legend = page.locator("#segment-map .fv-map-legend").inner_text()
     assert "pending free" in legend
-    ticks = page.evaluate("Array.from(document.querySelectorAll('#segment-map .ytick text')).map(t => t.textContent)")
+    ticks = [r["label"] for r in drawn["rows"]]
     assert any("pool (0, 2)" in t for t in ticks) and any("pool (0, 1)" in t for t in ticks)
     pending = sum(s["active_size"] - s["allocated_size"] for s in read_raw(VERL).data["segments"])
     page.wait_for_function("document.querySelector('#event-info').innerText.includes('active_pending_free')")

@@ -11,6 +11,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from tests.support.pages import wait_for_state
 from tests.support.server import Server
 from fragviz.replay.analysis import analyze
 from fragviz.library.ingest import ingest_file
@@ -157,7 +158,7 @@ def test_a_snapshot_without_a_trace_says_so_in_place_of_the_timeline(page, site,
     note.wait_for()
     assert says in note.inner_text() and "only the" in note.inner_text()
     assert not page.locator("#timeline").is_visible()
-    page.wait_for_selector("#segment-map .bars path", timeout=60000)  # the final state is shown
+    assert wait_for_state(page, 0, timeout=60000)["rows"]  # the final state is shown
     assert page.errors == []
 
 

@@ -1,6 +1,7 @@
 """The snapshot page's figures as a user sees them, in a real browser: the segment map's row order, its folded
-rows and an axis kept in sight; the timeline's steps, round fragmentation ticks and named annotation spans;
-the free-gap histogram's whole, apart tick labels."""
+rows, its painted blocks and an axis kept in sight; the timeline's steps, round fragmentation ticks and named
+annotation spans; the free-gap histogram's bars (worked out from the server's state), its whole, apart tick
+labels and its mark."""
 from __future__ import annotations
 
 import re
@@ -9,21 +10,19 @@ import uuid
 from tests.support.annotated_trace import SPANS_BY_EVENT, SPANS_BY_TIME, annotated_snapshot
 from tests.support.helpers import real, write_pickle
 from fragviz.snapshot import read_raw
-from tests.support.pages import post_file, wait_for_plot
+from tests.support.pages import post_file, wait_for_plot, wait_for_state
 
 VERL = real("verl_mempools_pending.pickle")  # 127 segments in 3 pools, 8 of them without a live block
 PLOT = "document.querySelector('#{0} .js-plotly-plot')"
-# the axis drawn apart lines up with the map: the same plot area across and the same range
-ALIGNED = (f"(() => {{ const [m, a] = [{PLOT.format('segment-map')}, {PLOT.format('segment-map-axis')}]"
-           ".map(p => p._fullLayout.xaxis); return Math.abs(m._offset - a._offset) <= 1 &&"
-           " Math.abs(m._length - a._length) <= 1 && m.range[0] === a.range[0] && m.range[1] === a.range[1]; })()")
+# the colour of the canvas at a point (CSS pixels from its corner), as "#rrggbb"
+PIXEL = """([selector, x, y]) => { const c = document.querySelector(selector); const r = window.devicePixelRatio || 1;
+    const p = c.getContext('2d').getImageData(Math.round(x * r), Math.round(y * r), 1, 1).data;
+    return '#' + [p[0], p[1], p[2]].map(v => v.toString(16).padStart(2, '0')).join('').toUpperCase(); }"""
 
 
-def row_addresses(page) -> list[int]:
+def row_addresses(drawn: dict) -> list[int]:
     """The segment map's row labels as drawn, top to bottom, as addresses."""
-    labels = page.evaluate("Array.from(document.querySelectorAll('#segment-map .ytick text'))"
-                           ".map(t => [t.getBoundingClientRect().top, t.textContent])")
-    return [int(text.split()[-1], 16) for _, text in sorted(labels)]
+    return [int(r["label"].split()[-1], 16) for r in sorted(drawn["rows"], key=lambda r: r["y0"])]
 
 
 def expected_rows(segments: list[dict], most: int | None) -> list[int]:
@@ -48,51 +47,49 @@ def test_segment_map_rows_fold_and_axis(page, server):
     body, _ = post_file(server, VERL)
     segments = read_raw(VERL).data["segments"]
     page.goto(f"{server.url}/snapshots/{body['id']}")
-    wait_for_plot(page, "segment-map")
-    wait_for_plot(page, "segment-map-axis")
-    rows = row_addresses(page)
+    drawn = wait_for_state(page)
+    rows = row_addresses(drawn)
     assert rows == expected_rows(segments, 120)
     free = [s["address"] for s in segments if s["active_size"] == 0]
     biggest_free = max((s for s in segments if s["active_size"] == 0), key=lambda s: s["total_size"])
     assert rows.index(biggest_free["address"]) < 20  # 260 MiB of cached free memory, near the top of its pool
     assert len(free) == 8 and set(free) <= set(rows)  # every free segment is drawn
-    note = page.locator("#segment-map .annotation-text").text_content()
+    note = page.locator("#segment-map .fv-map-note").text_content()
     assert f"{len(segments) - 120} smaller segments folded: showing the 120 largest of {len(segments)}" in note
-    legend = boxes(page, "#segment-map .legend .bg")[0]
-    assert not overlap(boxes(page, "#segment-map .annotation-text")[0], legend)  # both readable
+    legend = boxes(page, "#segment-map .fv-map-legend")[0]
+    assert not overlap(boxes(page, "#segment-map .fv-map-note")[0], legend)  # both readable
+    assert {"allocated", "pending free", "free"} <= set(drawn["kinds"])
+    assert drawn["top"] == max(s["total_size"] for s in segments) and drawn["unit"] == "MiB"
+    assert drawn["ticks"][0] == "0" and len(drawn["ticks"]) >= 3
 
-    # the axis lines up with the map's plot area, and stays in sight with the map scrolled to its end
-    page.wait_for_function(ALIGNED)
-    top = page.evaluate(f"{PLOT.format('segment-map')}._fullLayout.xaxis.range[1]")
-    assert top == max(s["total_size"] for s in segments) / 2**20  # MiB, the largest segment's size
+    # the blocks are painted: the middle of the widest allocated block has the allocated colour, of a free
+    # segment the free colour
+    row, block = max(((r, b) for r in drawn["rows"] for b in r["blocks"] if b["kinds"] == ["allocated"]),
+                     key=lambda rb: rb[1]["x1"] - rb[1]["x0"])
+    at = (block["x0"] + block["x1"]) / 2, (row["y0"] + row["y1"]) / 2
+    assert page.evaluate(PIXEL, ["#segment-map canvas.fv-map-rows", *at]) == "#0072B2"
+    row = next(r for r in drawn["rows"] if int(r["label"].split()[-1], 16) == biggest_free["address"])
+    at = (row["blocks"][0]["x0"] + row["blocks"][0]["x1"]) / 2, (row["y0"] + row["y1"]) / 2
+    assert page.evaluate(PIXEL, ["#segment-map canvas.fv-map-rows", *at]) == "#E8E8E8"
 
-    # a zoom on the map (a drag across its plot area) takes the axis along
-    page.locator(".fv-scroll").scroll_into_view_if_needed()
-    area = page.locator("#segment-map .nsewdrag").first.bounding_box()
-    y = area["y"] + 40
-    page.mouse.move(area["x"] + 20, y)
-    page.mouse.down()
-    page.mouse.move(area["x"] + area["width"] / 2, y, steps=5)
-    page.mouse.up()
-    page.wait_for_function(f"{PLOT.format('segment-map')}._fullLayout.xaxis.range[1] < {top * 0.7}")
-    page.wait_for_function(ALIGNED)
-    page.locator(".fv-scroll").evaluate("el => el.scrollTop = el.scrollHeight")
-    page.wait_for_function("(() => { const el = document.querySelector('.fv-scroll');"
+    # the size axis stays in sight with the map scrolled to its end, and the bottom rows are in view
+    scroller = page.locator("#segment-map")
+    scroller.scroll_into_view_if_needed()
+    scroller.evaluate("el => el.scrollTop = el.scrollHeight")
+    page.wait_for_function("(() => { const el = document.getElementById('segment-map');"
                            " return el.scrollTop > 0 && el.scrollTop + el.clientHeight >= el.scrollHeight - 1; })()")
-    view = page.locator(".fv-scroll").bounding_box()
-    ticks = boxes(page, "#segment-map-axis .xtick text")
-    assert len(ticks) >= 3 and all(t["text"].strip() for t in ticks)
-    for t in ticks:
-        assert view["y"] <= t["top"] and t["bottom"] <= view["y"] + view["height"]
-        x, y = (t["left"] + t["right"]) / 2, (t["top"] + t["bottom"]) / 2
-        assert page.evaluate(f"document.getElementById('segment-map-axis').contains(document.elementFromPoint({x}, {y}))")
-    last = boxes(page, "#segment-map .ytick text")
-    assert max(b["bottom"] for b in last) <= view["y"] + view["height"] + 1  # the bottom rows are in view too
+    view = scroller.bounding_box()
+    axis = page.locator("#segment-map canvas.fv-map-axis").bounding_box()
+    assert view["y"] - 1 <= axis["y"] and axis["y"] + axis["height"] <= view["y"] + view["height"]
+    x, y = axis["x"] + axis["width"] / 2, axis["y"] + axis["height"] / 2
+    assert page.evaluate(f"document.elementFromPoint({x}, {y}).classList.contains('fv-map-axis')")
+    rows_box = page.locator("#segment-map canvas.fv-map-rows").bounding_box()
+    assert rows_box["y"] + rows_box["height"] <= view["y"] + view["height"] + 1
 
     page.check("#segment-map-all input")
-    page.wait_for_function(f"{PLOT.format('segment-map')}.layout.yaxis.categoryarray.length === {len(segments)}")
-    page.wait_for_function("document.querySelectorAll('#segment-map .annotation-text').length === 0")
-    assert row_addresses(page) == expected_rows(segments, None)
+    page.wait_for_function(f"fragviz.stateView.drawn().rows.length === {len(segments)}")
+    assert page.locator("#segment-map .fv-map-note").is_hidden()
+    assert row_addresses(wait_for_state(page)) == expected_rows(segments, None)
     assert page.errors == []
 
 
@@ -160,26 +157,31 @@ def test_timeline_steps_ticks_and_named_spans(page, server, tmp_path):
     assert page.errors == []
 
 
-def test_gap_histogram_ticks_are_whole_and_apart(page, server):
+def test_gap_histogram_counts_ticks_and_mark(page, server):
     sid = server.sample_id("gpt_train_fragmentation_oom.pickle.gz")
     page.goto(f"{server.url}/snapshots/{sid}")
-    page.wait_for_selector("#gap-histogram .bars path")
-    page.wait_for_function(f"{PLOT.format('gap-histogram')}.layout.annotations.length > 0")  # the failed request
-    xticks = boxes(page, "#gap-histogram .xtick text")
+    drawn = wait_for_state(page)
+    histogram = drawn["histogram"]
+    # the bars, worked out from the server's state: free blocks by power-of-two size
+    state = server.get_json(f"/api/snapshots/{sid}/state?device={drawn['device']}&event={drawn['event']}")
+    gaps = [b["size"] for s in state["segments"] for b in s["blocks"] if b["state"] == "inactive"]
+    exps = [max(g, 1).bit_length() - 1 for g in gaps]
+    expected = [(exps.count(e), sum(g for g, x in zip(gaps, exps) if x == e)) for e in range(min(exps), max(exps) + 1)]
+    assert [(b["gaps"], b["bytes"]) for b in histogram["buckets"]] == expected
+    labels = histogram["labels"]
+    xticks = [t for t in labels if re.fullmatch(r"\d+ (B|KiB|MiB|GiB|TiB)", t["text"])]
     assert len(xticks) >= 3
-    assert all(re.fullmatch(r"\d+ (B|KiB|MiB|GiB|TiB)", t["text"]) for t in xticks), [t["text"] for t in xticks]
-    ticks = xticks + boxes(page, "#gap-histogram .ytick text") + boxes(page, "#gap-histogram .y2tick text")
-    for i, a in enumerate(ticks):
-        assert not any(overlap(a, b) for b in ticks[i + 1:]), a
-    svg = page.locator("#gap-histogram .main-svg").first.bounding_box()
-    for t in ticks:  # whole: inside the figure, not cut at its edge
-        assert svg["x"] <= t["left"] and t["right"] <= svg["x"] + svg["width"]
-        assert svg["y"] <= t["top"] and t["bottom"] <= svg["y"] + svg["height"]
-    legend = page.locator("#gap-histogram .legend").first.bounding_box()
-    legend = {"left": legend["x"], "right": legend["x"] + legend["width"], "top": legend["y"],
-              "bottom": legend["y"] + legend["height"]}
-    others = ticks + boxes(page, "#gap-histogram .gtitle") + boxes(page, "#gap-histogram .annotation-text")
-    assert not any(overlap(legend, t) for t in others), (legend, [t for t in others if overlap(legend, t)])
-    mark = page.locator("#gap-histogram .annotation-text").text_content()
-    assert mark == "failed request 90.00 MiB (dashed line)"
+    counts = [t for t in labels if t not in xticks]
+    assert all(re.fullmatch(r"\d+(\.\d+)?", t["text"]) for t in counts)  # whole counts, round MiB
+    for i, a in enumerate(labels):  # apart, and whole: inside the canvas
+        assert not any(a["x0"] < b["x1"] and b["x0"] < a["x1"] and a["y0"] < b["y1"] and b["y0"] < a["y1"]
+                       for b in labels[i + 1:]), a
+        assert 0 <= a["x0"] and a["x1"] <= histogram["width"] and 0 <= a["y0"] and a["y1"] <= histogram["height"]
+    assert histogram["markText"] == "failed request 90.00 MiB (dashed line)"
+    title = boxes(page, "#gap-histogram .fv-gaps-title")[0]
+    legend = boxes(page, "#gap-histogram .fv-gaps-legend")[0]
+    plot = boxes(page, "#gap-histogram canvas")[0]
+    assert not overlap(title, legend) and not overlap(legend, plot) and not overlap(title, plot)
+    assert "failed request 90.00 MiB" in legend["text"] and title["text"].startswith("largest allocation that fits")
+    assert plot["right"] - plot["left"] >= 300
     assert page.errors == []

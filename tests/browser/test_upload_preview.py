@@ -2,6 +2,7 @@
 over time, drawn from the trace before the replay, with the peaks and event count an independent replay gives."""
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -20,7 +21,8 @@ from fragviz.replay.analysis import analyze
 from fragviz.replay.preview import POINTS
 from fragviz.snapshot import load_snapshot
 from fragviz.allocator.synth import synthetic_snapshot
-from tests.support.pages import upload
+from tests.support.helpers import REAL
+from tests.support.pages import upload, wait_for_state
 
 
 def gib(n: int) -> str:
@@ -34,7 +36,8 @@ def test_an_upload_shows_its_first_picture_then_its_link(page, server, tmp_path)
     replay = analyze(load_snapshot(str(path))).replays[0]
     n = len(replay.trace)
 
-    upload(page, server, str(path))
+    notrace = os.path.join(REAL, "selectn_dev1_notrace.pickle")  # two files: the page stays, a row for each
+    upload(page, server, str(path), notrace)
     page.wait_for_selector(".fv-preview svg polyline.fv-preview-reserved", timeout=60000)
     label = page.locator(".fv-preview-label").text_content()
     assert f"peak reserved {gib(int(np.max(replay.series['reserved'])))}" in label
@@ -45,7 +48,19 @@ def test_an_upload_shows_its_first_picture_then_its_link(page, server, tmp_path)
     ys = [float(p.split(",")[1]) for p in points]
     top = 12 + 110 - 110 / 1.1  # the reserved peak is drawn a tenth below the top (reserved is never below requested)
     assert abs(min(ys) - top) < 0.06
-    assert page.locator("#upload-results .fv-ok a").inner_text() == "view it"
+    assert page.locator("#upload-results .fv-ok a").all_inner_texts() == ["view it", "view it"]
+    # one picture, of the file with a trace (a snapshot without one has no line over events to draw), and
+    # no caption promising what the link now gives
+    assert page.locator(".fv-preview").count() == 1 and page.locator(".fv-preview-note").count() == 0
+    assert page.errors == []
+
+
+def test_one_file_dropped_opens_its_snapshot_page(page, server):
+    upload(page, server, os.path.join(REAL, "cs336silmont_small.pickle"))
+    page.wait_for_url("**/snapshots/*")
+    drawn = wait_for_state(page)
+    assert drawn["event"] == drawn["n"] == 97
+    assert page.locator("h2").inner_text() == "cs336silmont_small.pickle"
     assert page.errors == []
 
 

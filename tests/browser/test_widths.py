@@ -25,7 +25,7 @@ MEASURE = """(charts) => {
     }
     return {scroll: document.documentElement.scrollWidth, view: window.innerWidth,
             cards: Array.from(document.querySelectorAll('.fv-card')).map(box), plots: plots, labels: labels,
-            histogram: document.querySelector('#gap-histogram').getBoundingClientRect().width,
+            histogram: document.querySelector('#gap-histogram canvas').getBoundingClientRect().width,
             device: (() => { const v = document.querySelector('.fv-device .Select-value-label, .fv-device');
                              return [v.scrollWidth, v.clientWidth, v.innerText]; })()};
 }"""
@@ -34,7 +34,7 @@ READY = """(charts) => charts.every((id) => document.querySelector(`#${id} .nsew
     && document.querySelector('#timeline .scatterlayer .trace')
     && document.querySelector('#memory-by-kind .scatterlayer .trace')
     && document.querySelector('#allocation-bands .shapelayer path')
-    && document.querySelector('#gap-histogram .bars path') && document.querySelector('#segment-map .bars path')"""
+    && window.fragviz.stateView && window.fragviz.stateView.drawn()"""
 # whose legend must stay off the plot: the bands' legend of many sites still reaches into its plot by a row's
 # height at 1920 px and wider (Plotly pushes the top margin short of a legend of three rows)
 LEGEND_OFF_PLOT = ("timeline", "memory-by-kind")

@@ -1,5 +1,6 @@
-"""What browser tests do on the dashboard's pages: wait for a Plotly graph to draw, upload files through the
-library page, and post a file to the HTTP API as the page's upload does."""
+"""What browser tests do on the dashboard's pages: wait for a Plotly graph to draw, wait for the snapshot page's
+state (drawn on canvases) and read or click what it drew, upload files through the library page, and post a
+file to the HTTP API as the page's upload does."""
 from __future__ import annotations
 
 import json
@@ -14,10 +15,40 @@ def wait_for_plot(page, graph_id: str, timeout: int = 30000) -> None:
                            f" return p && p._fullData && p._fullData.length > 0; }})()", timeout=timeout)
 
 
+def wait_for_state(page, event: int | None = None, timeout: int = 30000) -> dict:
+    """What the snapshot page's state view drew (fragviz.stateView.drawn(), assets/state_view.js), once it has
+    drawn a state (the state after `event` events, where given)."""
+    test = "d !== null" if event is None else f"d !== null && d.event === {int(event)}"
+    page.wait_for_function(f"(() => {{ const v = window.fragviz && window.fragviz.stateView;"
+                           f" const d = v && v.drawn(); return {test}; }})()", timeout=timeout)
+    return page.evaluate("fragviz.stateView.drawn()")
+
+
+def click_block(page, state: str = "active_allocated") -> dict:
+    """Click the middle of the widest drawn block in `state` on the segment map's canvas; the block clicked."""
+    drawn = wait_for_state(page)
+    rows = [(r, b) for r in drawn["rows"] for b in r["blocks"] if b["state"] == state]
+    row, block = max(rows, key=lambda rb: rb[1]["x1"] - rb[1]["x0"])
+    canvas = page.locator("#segment-map canvas.fv-map-rows")
+    canvas.scroll_into_view_if_needed()
+    box = canvas.bounding_box()
+    x, y = box["x"] + (block["x0"] + block["x1"]) / 2, box["y"] + (row["y0"] + row["y1"]) / 2
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+    return block
+
+
 def upload(page, server, *paths: str) -> None:
+    """Upload files through the library page. One file, once stored, opens its snapshot page (this waits for
+    it, or for the file's error); several end as rows, a link or an error each."""
     page.goto(server.url + "/")
     page.wait_for_selector("#upload input[type=file]", state="attached")
     page.set_input_files("#upload input[type=file]", list(paths))
+    if len(paths) == 1:
+        page.wait_for_function("location.pathname.startsWith('/snapshots/') || "
+                               "document.querySelector('#upload-results .fv-upload-row.fv-bad') !== null",
+                               timeout=120000)
+        return
     page.wait_for_function(f"document.querySelectorAll('#upload-results .fv-upload-row.fv-ok, "
                            f"#upload-results .fv-upload-row.fv-bad').length >= {len(paths)}", timeout=120000)
 

@@ -10,7 +10,7 @@ from fragviz.model.lod import Timeline
 from fragviz.library import AnnotationSpan
 from fragviz.ui.figures.gaps import gap_histogram_figure, pow2_label
 from fragviz.ui.figures.style import round_ticks
-from fragviz.ui.figures.segments import segment_axis_figure, segment_map_figure
+from fragviz.ui.figures.segments import segment_map_figure
 from fragviz.ui.figures.stacks import icicle_figure
 from fragviz.ui.figures.timeline import timeline_figure
 
@@ -26,13 +26,12 @@ def timeline_record(bucket: int, n: int, time_us: list[int] | None = None) -> Ti
 
 
 def test_timeline_draws_min_and_max_bands_when_summarised():
-    raw = timeline_figure(timeline_record(1, 10), {"oom": [4]}, event=7)
-    lod = timeline_figure(timeline_record(64, 10), {}, event=None)
+    raw = timeline_figure(timeline_record(1, 10), {"oom": [4]})
+    lod = timeline_figure(timeline_record(64, 10), {})
     assert len(raw.data) == 4 + 1 + 1  # four lines, fragmentation, the OOM markers
     assert len(lod.data) == 4 * 2 + 1  # a min and a max trace per figure, fragmentation
     assert [t.fill for t in lod.data[:2]] == [None, "tonexty"]
     assert raw.layout.yaxis.title.text == "MiB" and list(raw.data[0].y) == [3.0] * 10  # scaled to the unit
-    assert raw.layout.shapes[0].x0 == 7
     assert raw.data[-1].name == "OOM" and list(raw.data[-1].x) == [4]
 
 
@@ -91,11 +90,11 @@ def test_icicle_values_add_up():
 
 def test_timeline_by_time_carries_events_in_customdata():
     rec = timeline_record(1, 4, [10_000_000, 10_500_000, 12_000_000, 13_000_000])
-    fig = timeline_figure(rec, {"oom": [2]}, event=2, axis="time")
+    fig = timeline_figure(rec, {"oom": [2]}, axis="time")
     assert list(fig.data[0].x) == [0.0, 0.5, 2.0, 3.0] and list(fig.data[0].customdata) == [0, 1, 2, 3]
     assert fig.layout.xaxis.title.text == "seconds since the first event"
-    assert fig.layout.shapes[0].x0 == 2.0 and list(fig.data[-1].x) == [2.0]  # the line and the OOM by time
-    by_event = timeline_figure(rec, {}, event=None)
+    assert list(fig.data[-1].x) == [2.0]  # the OOM by time
+    by_event = timeline_figure(rec, {})
     assert list(by_event.data[0].x) == [0, 1, 2, 3] and list(by_event.data[0].customdata) == [0.0, 0.5, 2.0, 3.0]
 
 
@@ -125,7 +124,7 @@ def test_gap_histogram_s_mib_axis_ticks_at_round_values():
 
 def test_timeline_draws_steps_and_round_fragmentation_ticks():
     for bucket in (1, 64):
-        fig = timeline_figure(timeline_record(bucket, 5), {}, event=None)
+        fig = timeline_figure(timeline_record(bucket, 5), {})
         assert {t.line.shape for t in fig.data} == {"hv"}
         assert list(fig.layout.yaxis2.tickvals) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
         assert fig.layout.yaxis2.tickformat == ".0%" and fig.layout.yaxis2.tickmode == "array"
@@ -135,13 +134,13 @@ def test_timeline_draws_annotated_spans_by_event_and_by_time():
     rec = timeline_record(1, 6, [10_000_000 + t for t in (0, 1_000, 2_000, 3_000, 4_000, 5_000)])
     spans = [AnnotationSpan("forward", 1, 3, 10_000_500, 10_002_500),
              AnnotationSpan("Optimizer.step#AdamW.step", 4, 6, 10_003_500, 10_005_000, closed=False)]
-    by_event = timeline_figure(rec, {}, event=None, spans=spans)
+    by_event = timeline_figure(rec, {}, spans=spans)
     band, labels = by_event.data[0], by_event.data[1]
     assert band.fill == "toself" and band.name == "annotated spans (record_function)" and band.showlegend is not False
     assert list(band.x) == [1, 3, 3, 1, 1, None, 4, 6, 6, 4, 4, None] and band.yaxis == "y2"
     assert list(labels.text) == ["forward", "Optimizer.step#AdamW.step"] and list(labels.x) == [1, 4]
     assert "no END recorded" in labels.hovertext[1] and "2.000 ms" in labels.hovertext[0]
-    by_time = timeline_figure(rec, {}, event=None, spans=spans, axis="time")
+    by_time = timeline_figure(rec, {}, spans=spans, axis="time")
     band, labels = by_time.data[0], by_time.data[1]
     assert list(band.x)[:5] == [0.0005, 0.0025, 0.0025, 0.0005, 0.0005]  # their own times, in seconds
     assert list(labels.customdata) == [1, 4]  # a click on a name selects the span's first state
@@ -169,13 +168,25 @@ def test_segment_map_orders_rows_by_pool_stream_and_size_whatever_their_state():
 
 def test_segment_map_folds_the_smallest_and_says_how_many():
     segments = [seg(0x1000_0000 + i * 0x100_0000, ((i + 1) * MiB, 0, BlockState.INACTIVE, -1)) for i in range(10)]
-    fig = segment_map_figure(segments, lambda s: "", max_rows=4, own_axis=False)
+    fig = segment_map_figure(segments, lambda s: "", max_rows=4)
     drawn = {int(r.split()[-1], 16) for r in fig.layout.yaxis.categoryarray}
     assert drawn == {0x1000_0000 + i * 0x100_0000 for i in (6, 7, 8, 9)}  # the four largest
     assert fig.layout.annotations[0].text.startswith("6 smaller segments folded: showing the 4 largest of 10")
-    assert fig.layout.xaxis.showticklabels is False and list(fig.layout.xaxis.range) == [0, 10.0]
+    assert list(fig.layout.xaxis.range) == [0, 10.0] and fig.layout.xaxis.title.text == "offset in segment (MiB)"
     everything = segment_map_figure(segments, lambda s: "", max_rows=None)
     assert len(everything.layout.yaxis.categoryarray) == 10 and not everything.layout.annotations
-    axis = segment_axis_figure(segments, max_rows=4)
-    assert list(axis.layout.xaxis.range) == [0, 10.0] and axis.layout.xaxis.title.text == "offset in segment (MiB)"
-    assert axis.layout.xaxis.side == "top" and axis.data[0].y[0] in fig.layout.yaxis.categoryarray
+
+
+def test_difference_rows_keep_the_end_of_long_sites_and_the_whole_in_the_hover():
+    from fragviz.ui.figures.compare import SITE_LABEL_CHARS, difference_figure
+
+    long = ("/home/user/projects/training/.venv/lib/python3.11/site-packages/transformers/models/llama/"
+            "modeling_llama.py:412 LlamaAttention.forward")
+    twin = long.replace(":412", ":413")  # shortened alike or not, two sites stay two rows
+    rows = [{"site": long, "bytes_a": 2 * MiB, "bytes_b": 6 * MiB}, {"site": twin, "bytes_a": 0, "bytes_b": MiB}]
+    fig = difference_figure(rows, "A", "B")
+    labels = list(fig.layout.yaxis.ticktext)
+    assert len(labels) == 2 and all(len(t) <= SITE_LABEL_CHARS for t in labels)
+    assert labels[0].endswith("modeling_llama.py:412 LlamaAttention.forward")  # the end kept, the middle cut
+    assert list(fig.data[0].customdata) == [long, twin] and list(fig.data[1].x) == [6.0, 1.0]
+    assert list(fig.data[0].y) == [0, 1] and list(fig.layout.yaxis.tickvals) == [0, 1]

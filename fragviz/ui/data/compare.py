@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Sequence
 
 import numpy as np
 
 from fragviz.model.lod import Timeline
-from fragviz.replay.align import Alignment, by_event, by_markers, by_time, step_markers
+from fragviz.replay.align import Alignment, AlignmentRefused, by_event, by_markers, by_time, step_markers
 from fragviz.base.errors import FragvizError
 from fragviz.ui.data.views import Views
 
@@ -64,6 +65,18 @@ class CompareViews:
                                          [(s.name, s.start_event) for s in spans])
             return AlignedSide(label, sid, device, axis, tl, by_markers(markers, last, what), what)
         return AlignedSide(label, sid, device, axis, tl, by_event(last), "")
+
+    def shared_axis(self, sides: Sequence[tuple[int, int]]) -> str:
+        """The first axis, of step, time and event, on which every (snapshot, device) side can be placed: step
+        markers where all record them, else their times, else events (any trace has those)."""
+        for axis in ("step", "time"):
+            try:
+                for sid, device in sides:
+                    self.side("", sid, device, axis)
+            except AlignmentRefused:
+                continue
+            return axis
+        return "event"
 
     def state_at(self, side: AlignedSide, x: float) -> int:
         """The state current at shared-axis position `x`; by time on a summarised timeline, looked up again

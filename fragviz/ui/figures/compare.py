@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from fragviz.model.lod import Timeline
 from fragviz.replay.align import AXIS_TITLES
 from fragviz.base.units import MiB
+from fragviz.ui.data.sites import short_site
 from fragviz.ui.figures.style import COLORS, unit_for
 
 SIDE_COLORS = {"A": "#0072B2", "B": "#D55E00"}  # Okabe-Ito blue and vermillion: one colour per side
@@ -65,15 +66,21 @@ def _line(side: SideSeries, figure: str, dash: str, scale: float, unit: str, axi
 
 
 def difference_figure(rows: list[dict[str, Any]], label_a: str, label_b: str) -> go.Figure:
-    """Live bytes per allocation site in two states, the sites that changed most first."""
+    """Live bytes per allocation site in two states, the sites that changed most first. A row's label is its
+    site shortened in the middle (the file and function stay readable), the whole site in its hover."""
     rows = rows[:25]
     fig = go.Figure()
-    sites = [escape(r["site"], quote=False)[:80] for r in rows]
-    fig.add_trace(go.Bar(y=sites, x=[r["bytes_a"] / MiB for r in rows], name=label_a, orientation="h",
-                         marker_color=COLORS["requested"]))
-    fig.add_trace(go.Bar(y=sites, x=[r["bytes_b"] / MiB for r in rows], name=label_b, orientation="h",
-                         marker_color=COLORS["allocated"]))
+    where = list(range(len(rows)))  # rows by position: two sites shortened alike stay two rows
+    whole = [escape(r["site"], quote=False) for r in rows]
+    for label, key, color in ((label_a, "bytes_a", COLORS["requested"]), (label_b, "bytes_b", COLORS["allocated"])):
+        fig.add_trace(go.Bar(y=where, x=[r[key] / MiB for r in rows], name=label, orientation="h", marker_color=color,
+                             customdata=whole, hovertemplate=f"%{{customdata}}<br>{escape(label, quote=False)}: "
+                             "%{x:.2f} MiB live<extra></extra>"))
     fig.update_layout(barmode="group", height=max(260, 28 * len(rows) + 80), xaxis=dict(title="MiB live"),
-                      yaxis=dict(autorange="reversed", automargin=True), margin=dict(l=10, r=10, t=30, b=40),
-                      legend=dict(orientation="h", y=1.05))
+                      yaxis=dict(autorange="reversed", automargin=True, tickmode="array", tickvals=where,
+                                 ticktext=[escape(short_site(r["site"], SITE_LABEL_CHARS), quote=False) for r in rows]),
+                      margin=dict(l=10, r=10, t=30, b=40), legend=dict(orientation="h", y=1.05))
     return fig
+
+
+SITE_LABEL_CHARS = 56  # a row label's most characters: the bars keep most of a 1024 px page

@@ -12,6 +12,7 @@ from fragviz.model.metrics import GENERAL_POOL, pool_key
 from fragviz.ui.figures.style import COLORS, unit_for
 
 BlockLabel = Callable[[int], str]
+FREE_BLOCK = "#E8E8E8"  # a free block's colour: light, so that the live blocks stand out
 
 
 def segment_rows(segments: list[Segment], max_rows: int | None = None) -> list[int]:
@@ -24,12 +25,12 @@ def segment_rows(segments: list[Segment], max_rows: int | None = None) -> list[i
                                         -segments[i].total_size, segments[i].address))
 
 
-def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int | None = 120,
-                       own_axis: bool = True) -> go.Figure:
+def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int | None = 120) -> go.Figure:
     """One row per segment (see segment_rows for their order), its blocks to scale and coloured by state.
 
     customdata of every bar: "segment index:block index" into `segments`. Rows beyond `max_rows` are folded
-    (the note says how many). `own_axis` False leaves the size axis to segment_axis_figure, drawn apart.
+    (the note says how many). The live page draws it; the snapshot page draws its own on a canvas
+    (assets/state_draw.js), in the same order and colours.
     """
     order = segment_rows(segments, max_rows)
     scale, unit = unit_for(max((segments[i].total_size for i in order), default=0))
@@ -50,7 +51,7 @@ def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int
                 if b.size > used:
                     kinds["rounding waste"].append((ylabel, offset + used / scale, (b.size - used) / scale, info, i, j))
     colors = {"allocated": COLORS["allocated"], "rounding waste": COLORS["waste"], "pending free": COLORS["pending"],
-              "free": "#E8E8E8"}
+              "free": FREE_BLOCK}
     fig = go.Figure()
     for name, rows in kinds.items():
         if not rows:
@@ -60,12 +61,11 @@ def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int
             color=colors[name], line=dict(color="#FFFFFF", width=0.5)), hovertext=text, hoverinfo="text",
             customdata=[f"{a}:{b}" for a, b in zip(si, bi)]))
     folded = len(segments) - len(order)
-    top = (50 if own_axis else 30) + (28 if folded else 0)
+    top = 50 + (28 if folded else 0)
     # The rows in our order: a category axis otherwise orders rows by first appearance in the traces, and
     # segments without a live block (only in the last, "free", trace) sank to the bottom.
-    fig.update_layout(barmode="overlay", height=max(220, 22 * len(order) + top + (40 if own_axis else 10)),
-                      margin=dict(l=10, r=20, t=top, b=40 if own_axis else 10),
-                      xaxis=_segment_xaxis(order, segments, scale, unit, own_axis),
+    fig.update_layout(barmode="overlay", height=max(220, 22 * len(order) + top + 40),
+                      margin=dict(l=10, r=20, t=top, b=40), xaxis=_segment_xaxis(order, segments, scale, unit),
                       yaxis=dict(autorange="reversed", type="category", automargin=True, categoryorder="array",
                                  categoryarray=ylabels, tickfont=SEGMENT_TICK_FONT),
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0), bargap=0.25, clickmode="event",
@@ -80,31 +80,9 @@ def segment_map_figure(segments: list[Segment], label: BlockLabel, max_rows: int
 SEGMENT_TICK_FONT = dict(family="DejaVu Sans Mono, Menlo, Consolas, monospace", size=11)
 
 
-def _segment_xaxis(order: list[int], segments: list[Segment], scale: float, unit: str, shown: bool) -> dict:
+def _segment_xaxis(order: list[int], segments: list[Segment], scale: float, unit: str) -> dict:
     top = max((segments[i].total_size for i in order), default=0) / scale
-    axis = dict(title=f"offset in segment ({unit})", range=[0, top or 1])
-    return axis if shown else dict(axis, title=None, showticklabels=False, ticks="")
-
-
-def segment_axis_figure(segments: list[Segment], max_rows: int | None = 120) -> go.Figure:
-    """The size axis of segment_map_figure(segments, max_rows=max_rows) alone, to keep in sight (sticky)
-    above a tall map that scrolls.
-
-    Same range, title and ticks; its left margin made as wide as the map's by one invisible row label as long
-    as the map's longest (the labels are monospaced), so that both plot areas line up.
-    """
-    order = segment_rows(segments, max_rows)
-    scale, unit = unit_for(max((segments[i].total_size for i in order), default=0))
-    axis = _segment_xaxis(order, segments, scale, unit, True)
-    longest = max((_segment_label(segments[i]) for i in order), key=len, default="")
-    fig = go.Figure(go.Scatter(x=[0], y=[longest], mode="markers", marker=dict(opacity=0), hoverinfo="skip",
-                               showlegend=False))
-    fig.update_layout(height=50, margin=dict(l=10, r=20, t=44, b=2), plot_bgcolor="rgba(0,0,0,0)",
-                      paper_bgcolor="#FFFFFF", showlegend=False,
-                      xaxis=dict(axis, side="top", fixedrange=True, showgrid=False, ticks="outside", zeroline=False),
-                      yaxis=dict(type="category", automargin=True, fixedrange=True, showgrid=False,
-                                 tickfont=dict(SEGMENT_TICK_FONT, color="rgba(0,0,0,0)")))
-    return fig
+    return dict(title=f"offset in segment ({unit})", range=[0, top or 1])
 
 
 def _segment_label(seg: Segment) -> str:

@@ -1,4 +1,5 @@
-"""Memory over the trace: the snapshot page's timeline (annotated spans shaded, markers, the selected event)."""
+"""Memory over the trace: the snapshot page's timeline (annotated spans shaded, markers). The selected event's
+line is laid over it in the browser (timelineEventLine in assets/clientside.js)."""
 from __future__ import annotations
 
 from html import escape
@@ -25,9 +26,8 @@ class Span(Protocol):
 LABELS = {"allocated": "allocated", "requested": "requested", "reserved": "reserved", "free": "cached free"}
 
 
-def timeline_figure(tl: Timeline, markers: dict[str, list[int]], event: int | None,
-                    x_range: Sequence[float] | None = None, axis: str = "event",
-                    spans: Sequence[Span] = ()) -> go.Figure:
+def timeline_figure(tl: Timeline, markers: dict[str, list[int]], x_range: Sequence[float] | None = None,
+                    axis: str = "event", spans: Sequence[Span] = ()) -> go.Figure:
     """Memory over the trace (min/max per bucket where summarised), fragmentation on a second axis, the
     annotated spans (record_function ranges) shaded and named. Steps: a value holds until the next point.
 
@@ -54,8 +54,6 @@ def timeline_figure(tl: Timeline, markers: dict[str, list[int]], event: int | No
     to_x = (lambda events: np.interp(events, starts, seconds)) if timed else (lambda events: events)
     _add_markers(fig, {k: list(to_x(np.asarray(v))) if v else [] for k, v in markers.items()},
                  {k: v for k, v in markers.items()} if timed else None)
-    if event is not None:
-        fig.add_vline(x=float(to_x(np.asarray([event]))[0]), line=dict(color=COLORS["selected"], width=1))
     fig.update_layout(
         margin=dict(TRACE_X_MARGIN, t=30, b=40), height=320, hovermode="x", uirevision=f"timeline-{axis}",
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0), clickmode="event",  # above: grows up

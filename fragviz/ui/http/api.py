@@ -23,7 +23,7 @@ from fragviz.library import Library
 from fragviz.store.engine import Store
 from fragviz.ui.http.export_api import add_export_routes
 from fragviz.ui.http.guard import ON_STOP
-from fragviz.ui.http.lives_api import add_lives_route
+from fragviz.ui.http.lives_api import add_lives_route, stack_sites
 from fragviz.ui.http.ingest_child import Abandoned, ChildIngest, Stopping, run_child
 from fragviz.ui.http.uploads import RETRY_AFTER, UploadRefused, Uploads, client_gone
 
@@ -90,14 +90,16 @@ def worst_fragmentation(devices) -> float | None:
     return max(values) if values else None
 
 
-def state_json(segments, figures, event: int, device: int) -> dict[str, Any]:
+def state_json(segments, figures, event: int, device: int, sites: dict[int, str]) -> dict[str, Any]:
+    """A state as the API gives it: its figures, its segments and blocks, the short site of each stack."""
     return {"device": device, "event": event, "reserved_bytes": figures.reserved_bytes,
             "allocated_bytes": figures.allocated_bytes, "requested_bytes": figures.requested_bytes,
             "free_bytes": figures.free_bytes, "largest_free_block": figures.largest_free_block,
             "non_releasable_bytes": figures.non_releasable_bytes, "fragmentation": figures.fragmentation,
             "free_scatter": figures.free_scatter,
+            "sites": {str(k): v for k, v in sites.items()},
             "segments": [{"address": s.address, "total_size": s.total_size, "stream": s.stream, "pool": s.pool,
-                          "is_expandable": s.is_expandable,
+                          "is_expandable": s.is_expandable, "pool_id": s.pool_id, "stack": s.stack,
                           "blocks": [{"address": b.address, "size": b.size, "requested_size": b.requested_size,
                                       "state": b.state.value, "stack": b.stack} for b in s.blocks]}
                          for s in segments]}
@@ -148,7 +150,8 @@ def api_blueprint(reader: Library, writer: Writer, uploads: Uploads) -> Blueprin
             device = devices[0] if devices else 0
         event = request.args.get("event", default=None, type=int)
         segments, figures, k = reader.device_state(sid, device, event)
-        return jsonify(state_json(segments, figures, k, device))
+        used = [s.stack for s in segments] + [b.stack for s in segments for b in s.blocks]
+        return jsonify(state_json(segments, figures, k, device, stack_sites(reader, sid, used)))
 
     @bp.get("/jobs/<int:job_id>/ranks.csv")
     def job_ranks_csv(job_id: int):

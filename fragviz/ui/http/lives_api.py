@@ -13,7 +13,7 @@ import json
 import struct
 from collections import OrderedDict
 from threading import Lock
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 from flask import Blueprint, Response, jsonify
@@ -50,9 +50,14 @@ def encode_lives(lives: Lives, sites: dict[int, str]) -> bytes:
 
 def sites_of(reader: Library, sid: int, lives: Lives) -> dict[int, str]:
     """The short site of each stack the lives name."""
+    return stack_sites(reader, sid, np.concatenate([lives.segments["stack"], lives.blocks["stack"]]).tolist())
+
+
+def stack_sites(reader: Library, sid: int, used: Iterable[int]) -> dict[int, str]:
+    """The short site of each of the `used` stacks that has frames."""
     frames, stacks = reader.stacks(sid)
-    used = np.unique(np.concatenate([lives.segments["stack"], lives.blocks["stack"]])).tolist()
-    return {s: site_label([frames[f] for f in stacks[s]]) for s in used if 0 <= s < len(stacks) and stacks[s]}
+    return {s: site_label([frames[f] for f in stacks[s]]) for s in sorted(set(used))
+            if 0 <= s < len(stacks) and stacks[s]}
 
 
 class LivesCache:

@@ -56,7 +56,7 @@ def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Di
                f"{job.created_at.replace('T', ' ')[:16]}", className="fv-sub"),
         html.Div(className="fv-row", children=[
             card("Imbalance across ranks", *_imbalance(figures), id=ids.JOB_IMBALANCE),
-            card("Look further", _links(figures), class_name="fv-narrow"),
+            card("Look further", _links(ctx, figures), class_name="fv-narrow"),
         ]),
         card("Peak reserved and peak requested per rank", html.P(
             "A bar's click opens that rank's snapshot; outliers are outlined, OOM ranks marked ✕.",
@@ -95,13 +95,13 @@ def _outlier_text(figures: JobFigures, r: RankRow) -> str:
     return f"{figures.label(r)} ({' and '.join(which)})"
 
 
-def _links(figures: JobFigures) -> html.Ul:
+def _links(ctx: AppContext, figures: JobFigures) -> html.Ul:
     job_id = figures.job.id
     largest, middle = figures.largest(), figures.median_row()
     items = []
     if largest is not None and middle is not None:
         items.append(html.Li(dcc.Link("compare the largest rank with the median rank", id=ids.JOB_COMPARE,
-                                      href=compare_href(figures, largest, middle)),
+                                      href=compare_href(ctx, figures, largest, middle)),
                              title=f"{figures.label(largest)} against {figures.label(middle)}"))
     items += [html.Li(html.A(text, href=href, download="")) for text, href in (
         ("memory series of every rank (Parquet)", f"/api/jobs/{job_id}/export?what=series&format=parquet"),
@@ -110,9 +110,11 @@ def _links(figures: JobFigures) -> html.Ul:
     return html.Ul(items, id=ids.JOB_DOWNLOADS, className="fv-links")
 
 
-def compare_href(figures: JobFigures, a: RankRow, b: RankRow) -> str:
-    """/compare of two ranks' snapshots, aligned by step; their devices named where a snapshot has several."""
-    href = f"/compare?a={a.snapshot_id}&b={b.snapshot_id}&align=step"
+def compare_href(ctx: AppContext, figures: JobFigures, a: RankRow, b: RankRow) -> str:
+    """/compare of two ranks' snapshots, aligned on an axis both have (by step where both record step markers,
+    else by time, else by event); their devices named where a snapshot has several."""
+    axis = ctx.compare.shared_axis([(a.snapshot_id, a.device), (b.snapshot_id, b.device)])
+    href = f"/compare?a={a.snapshot_id}&b={b.snapshot_id}&align={axis}"
     if a.snapshot_id in figures.multi_device or b.snapshot_id in figures.multi_device:
         href += f"&da={a.device}&db={b.device}"
     return href

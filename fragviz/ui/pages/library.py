@@ -32,6 +32,9 @@ def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Di
                  html.Button("refresh", id=ids.UPLOAD_DONE, className="fv-hidden", n_clicks=0)),
             card("Jobs", html.Div(id=ids.LIBRARY_JOBS, children=jobs_table(ctx.reader))),
             card("Snapshots", html.Div(id=ids.LIBRARY, children=table(ctx))),
+            # Plotly (3.5 MB of script, about a second to parse here) is loaded by the first graph a page shows:
+            # this one, hidden, loads it while the library waits, so a snapshot opened from here draws at once
+            dcc.Graph(id=ids.PLOTLY_PRELOAD, style={"display": "none"}, config={"staticPlot": True}),
         ]),
     ])
 

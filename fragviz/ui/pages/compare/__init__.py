@@ -22,8 +22,9 @@ SIDES = (("A", "a", ids.COMPARE_A, ids.COMPARE_DEVICE_A, ids.COMPARE_EVENT_A),
 def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Div:
     rows = ctx.reader.list_snapshots()
     options = [{"label": f"{r.id}: {r.name.rsplit('/', 1)[-1]}", "value": r.id} for r in rows]
-    controls = [c for label, key, pick, dev, ev in SIDES
-                for c in _side_controls(ctx, search, options, label, key, pick, dev, ev)]
+    # one group per side, each kept on its line (wrapped within only where the page is narrower than it)
+    controls = [html.Div(_side_controls(ctx, search, options, label, key, pick, dev, ev), className="fv-side")
+                for label, key, pick, dev, ev in SIDES]
     return html.Div([header(), html.Main(className="fv-main", children=[
         html.H2("Compare"),
         card("States", html.Div(className="fv-controls", children=[*controls, compare_align.peaks_button()])),

@@ -31,7 +31,9 @@ def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Di
     fmt = meta["format"]
     return html.Div([
         dcc.Location(id=ids.SNAPSHOT_URL, refresh="callback-nav"), dcc.Store(id=ids.SITES_TRIGGER),
-        dcc.Store(id=ids.STACK_SOURCE), dcc.Store(id=ids.SELECTED_EVENT), header(),
+        dcc.Store(id=ids.STACK_SOURCE), dcc.Store(id=ids.SELECTED_EVENT), dcc.Store(id=ids.BLOCK_CLICK),
+        dcc.Store(id=ids.STATE_DRAWN),
+        state.state_source(ctx, view.sid, row.devices, view_of(ctx, pathname, None).device), header(),
         html.Main(className="fv-main", children=[
             html.H2(row.name.rsplit("/", 1)[-1], title=row.name),
             html.P(device.sub_line(fmt, row.file_size, view.n, view.device), id=ids.SNAPSHOT_SUB, className="fv-sub"),

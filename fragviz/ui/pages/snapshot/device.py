@@ -40,7 +40,7 @@ def followed(ctx: AppContext, view: View, axis: str | None) -> tuple:
     the title and the what-if link."""
     row, fmt = ctx.reader.snapshot_row(view.sid), ctx.reader.snapshot_meta(view.sid)["format"]
     note: html.P | None = no_trace_note(view.n, "segments_list" in fmt.features)
-    return (draw_timeline(ctx, view.sid, view.device, view.event, axis=axis or "event"), note,
+    return (draw_timeline(ctx, view.sid, view.device, axis=axis or "event"), note,
             timeline_box_style(view.n), view.n, sub_line(fmt, row.file_size, view.n, view.device),
             whatif_href(view.sid, view.device))
 

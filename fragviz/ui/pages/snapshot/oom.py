@@ -59,10 +59,11 @@ def oom_card() -> html.Section:
 
 
 def register(app: dash.Dash, ctx: AppContext) -> None:
-    @app.callback(Output(ids.OOM_VERDICT, "children"), Input(ids.DEVICE, "value"),
+    @app.callback(Output(ids.OOM_VERDICT, "children"), Input(ids.STATE_DRAWN, "data"),
                   State(ids.SNAPSHOT_URL, "pathname"))
-    def verdicts(device, pathname):
+    def verdicts(drawn, pathname):
+        # once the device's first state is drawn (assets/state_view.js)
         sid = page_sid(pathname)
-        if sid is None or device is None:
+        if sid is None or not drawn:
             return no_update
-        return verdicts_view(sid, device, ctx.views.doctor(sid))
+        return verdicts_view(sid, drawn["device"], ctx.views.doctor(sid))

@@ -4,7 +4,8 @@ bytes by stack with why it is not drawn or what it leaves out."""
 from __future__ import annotations
 
 import dash
-from dash import ClientsideFunction, Input, Output, State, dash_table, dcc, html, no_update
+from dash import Input, Output, State, dash_table, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
 from fragviz.model import BlockState, Frame, Segment
 from fragviz.ui import ids
@@ -97,23 +98,23 @@ def sites_at_peak(ctx: AppContext, sid: int, device: int) -> tuple:
 
 
 def register(app: dash.Dash, ctx: AppContext) -> None:
-    # The sites table and the icicle follow a moment later, so that the segment map and the histogram of a
-    # new event are drawn first (the browser draws one thing at a time): fragviz.later in assets/clientside.js.
-    app.clientside_callback(ClientsideFunction("fragviz", "later"), Output(ids.SITES_TRIGGER, "data"),
-                            Input(ids.EVENT_INFO, "children"))
-
+    # The sites table and the icicle follow each state a moment after it is drawn (the browser draws one thing
+    # at a time): assets/state_view.js sets SITES_TRIGGER.
     @app.callback(Output(ids.SITES_NOW, "data"), Output(ids.SITES_NOW, "tooltip_data"), Output(ids.ICICLE, "figure"),
                   Output(ids.ICICLE, "style"), Output(ids.ICICLE_NOTE, "children"), Input(ids.SITES_TRIGGER, "data"),
                   Input(ids.STACK_ALL, "value"), State(ids.SNAPSHOT_URL, "pathname"), State(ids.SNAPSHOT_URL, "search"))
-    def draw_sites(_, show_all, pathname, search):
+    def draw_sites(drawn, show_all, pathname, search):
+        if not drawn:  # not before the state is drawn
+            raise PreventUpdate
         # The icicle follows the stack panel's frame filter: its checkbox redraws it
         return sites_at(ctx, view_of(ctx, pathname, search), "all" in (show_all or []))
 
     @app.callback(Output(ids.SITES_PEAK, "data"), Output(ids.SITES_PEAK, "tooltip_data"),
-                  Output(ids.SITES_PEAK_INFO, "children"), Input(ids.DEVICE, "value"),
+                  Output(ids.SITES_PEAK_INFO, "children"), Input(ids.STATE_DRAWN, "data"),
                   State(ids.SNAPSHOT_URL, "pathname"))
-    def peak_sites(device, pathname):
+    def peak_sites(drawn, pathname):
+        # once the device's first state is drawn (assets/state_view.js)
         sid = page_sid(pathname)
-        if sid is None or device is None:
+        if sid is None or not drawn:
             return no_update, no_update, no_update
-        return sites_at_peak(ctx, sid, device)
+        return sites_at_peak(ctx, sid, drawn["device"])

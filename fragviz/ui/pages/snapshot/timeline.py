@@ -25,7 +25,7 @@ def timeline_card(ctx: AppContext, view: View, fmt) -> html.Section:
             dcc.RadioItems(id=ids.TIMELINE_AXIS, value="event", inline=True, className="fv-axis",
                            options=[{"label": " by event ", "value": "event"},
                                     {"label": " by time", "value": "time", "disabled": "time_us" not in fmt.features}]),
-            dcc.Graph(id=ids.TIMELINE, figure=draw_timeline(ctx, view.sid, view.device, view.event),
+            dcc.Graph(id=ids.TIMELINE, figure=draw_timeline(ctx, view.sid, view.device),
                       config=GRAPH_CONFIG)]))
 
 
@@ -62,9 +62,9 @@ def refined(ctx: AppContext, view: View, relayout: dict | None, axis: str | None
         if axis == "time":
             ends = events_at_seconds(ctx, view.sid, view.device, ends)
         lo, hi = int(max(0, ends[0])), int(min(view.n, ends[1]) + 1)
-        return draw_timeline(ctx, view.sid, view.device, view.event, lo, max(lo + 1, hi), axis)
+        return draw_timeline(ctx, view.sid, view.device, lo, max(lo + 1, hi), axis)
     if relayout.get("xaxis.autorange"):
-        return draw_timeline(ctx, view.sid, view.device, view.event, axis=axis)
+        return draw_timeline(ctx, view.sid, view.device, axis=axis)
     return no_update
 
 
@@ -75,7 +75,7 @@ def register(app: dash.Dash, ctx: AppContext) -> None:
                   State(ids.SNAPSHOT_URL, "search"), State(ids.SNAPSHOT_URL, "pathname"), prevent_initial_call=True)
     def switch_axis(axis, search, pathname):
         view = view_of(ctx, pathname, search)
-        return draw_timeline(ctx, view.sid, view.device, view.event, axis=axis)
+        return draw_timeline(ctx, view.sid, view.device, axis=axis)
 
     @app.callback(Output(ids.TIMELINE, "figure"), Input(ids.TIMELINE, "relayoutData"),
                   State(ids.TIMELINE_AXIS, "value"), State(ids.SNAPSHOT_URL, "search"),
@@ -83,8 +83,7 @@ def register(app: dash.Dash, ctx: AppContext) -> None:
     def refine_timeline(relayout, axis, search, pathname):
         return refined(ctx, view_of(ctx, pathname, search), relayout, axis)
 
-    # The selected event's line moves in the browser: no round trip, and the segment map is not kept waiting.
-    # The event comes from the state's callback; by time, the figure's meta says where each event is.
+    # The selected event's line moves in the browser: no round trip, and no redraw of the timeline. The event
+    # comes from the state's callback; by time, the figure's meta says where each event is.
     app.clientside_callback(ClientsideFunction("fragviz", "timelineEventLine"), Output(ids.TIMELINE, "className"),
-                            Input(ids.SELECTED_EVENT, "data"), State(ids.TIMELINE, "figure"),
-                            prevent_initial_call=True)
+                            Input(ids.SELECTED_EVENT, "data"), prevent_initial_call=True)

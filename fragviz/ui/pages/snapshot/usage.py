@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dash
 from dash import ClientsideFunction, Input, Output, State, ctx as dash_ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
 from fragviz.base.errors import FragvizError
 from fragviz.ui import ids
@@ -79,9 +80,9 @@ def usage_views(ctx: AppContext, view: View, by: str, view_range: dict | None) -
 def followed_zoom(ctx: AppContext, view: View, view_range: dict, axis: str | None):
     """The timeline over a range dragged on the bands or the kind areas (or the whole trace, for a reset)."""
     if view_range.get("all"):
-        return draw_timeline(ctx, view.sid, view.device, view.event, axis=axis)
+        return draw_timeline(ctx, view.sid, view.device, axis=axis)
     lo = min(view_range["lo"], view.n)
-    return draw_timeline(ctx, view.sid, view.device, view.event, lo, max(lo + 1, min(view_range["hi"], view.n) + 1),
+    return draw_timeline(ctx, view.sid, view.device, lo, max(lo + 1, min(view_range["hi"], view.n) + 1),
                          axis)
 
 
@@ -96,13 +97,16 @@ def register(app: dash.Dash, ctx: AppContext) -> None:
 
     @app.callback(Output(ids.ALLOC_BANDS, "figure"), Output(ids.MEMORY_BY, "figure"),
                   Output(ids.KIND_NOTES, "children"), Input(ids.USAGE_RANGE, "data"),
-                  Input(ids.MEMORY_BY_GROUP, "value"), Input(ids.DEVICE, "value"),
+                  Input(ids.MEMORY_BY_GROUP, "value"), Input(ids.STATE_DRAWN, "data"),
                   State(ids.SNAPSHOT_URL, "pathname"), State(ids.SNAPSHOT_URL, "search"))
-    def draw_usage(view_range, by, device, pathname, search):
+    def draw_usage(view_range, by, drawn, pathname, search):
+        # drawn once the device's first state is (assets/state_view.js): the state comes first
+        if not drawn:
+            raise PreventUpdate
         view = view_of(ctx, pathname, search)
-        if dash_ctx.triggered_id == ids.DEVICE or (view_range and view_range.get("all")):
+        if dash_ctx.triggered_id == ids.STATE_DRAWN or (view_range and view_range.get("all")):
             view_range = None  # a new device starts over its whole trace, as does a reset of the zoom
-        return usage_views(ctx, view if device is None else view._replace(device=device), by or "kind", view_range)
+        return usage_views(ctx, view._replace(device=drawn["device"]), by or "kind", view_range)
 
     @app.callback(Output(ids.TIMELINE, "figure", allow_duplicate=True), Input(ids.TIMELINE_FOLLOW, "data"),
                   State(ids.TIMELINE_AXIS, "value"), State(ids.SNAPSHOT_URL, "pathname"),

@@ -45,14 +45,14 @@ def view_of(ctx: AppContext, pathname: str | None, search: str | None) -> View:
     return View(sid, device, event, n)
 
 
-def draw_timeline(ctx: AppContext, sid: int, device: int, event: int, lo: int | None = None, hi: int | None = None,
+def draw_timeline(ctx: AppContext, sid: int, device: int, lo: int | None = None, hi: int | None = None,
                   axis: str = "event") -> go.Figure:
-    """The timeline of a device with `event` selected; over events lo..hi where both are given (zoomed)."""
+    """The timeline of a device; over events lo..hi where both are given (zoomed)."""
     tl = ctx.reader.timeline(sid, device, lo or 0, hi)
     x_range = None
     if lo is not None and hi is not None:
         x_range = [lo, hi] if axis == "event" else _seconds(ctx, sid, device, [lo, hi])
-    return timeline_figure(tl, ctx.views.markers(sid, device), event, x_range=x_range, axis=axis,
+    return timeline_figure(tl, ctx.views.markers(sid, device), x_range=x_range, axis=axis,
                            spans=ctx.views.annotation_spans(sid, device))
 
 
