@@ -13,6 +13,9 @@ from fragviz.ui.figures.timeline import timeline_figure
 from fragviz.ui.pages.common import opening_device, path_sid, query_int
 
 PATH = "/snapshots/"  # the page's prefix: /snapshots/<id>
+# The timeline's most points: about one (a bucket's min and max) per pixel of a wide plot; a zoom refines it.
+# Plotly's drawing time follows the points, and the timeline is drawn on every visit.
+TIMELINE_POINTS = 1200
 
 
 class View(NamedTuple):
@@ -48,7 +51,7 @@ def view_of(ctx: AppContext, pathname: str | None, search: str | None) -> View:
 def draw_timeline(ctx: AppContext, sid: int, device: int, lo: int | None = None, hi: int | None = None,
                   axis: str = "event") -> go.Figure:
     """The timeline of a device; over events lo..hi where both are given (zoomed)."""
-    tl = ctx.reader.timeline(sid, device, lo or 0, hi)
+    tl = ctx.reader.timeline(sid, device, lo or 0, hi, max_points=TIMELINE_POINTS)
     x_range = None
     if lo is not None and hi is not None:
         x_range = [lo, hi] if axis == "event" else _seconds(ctx, sid, device, [lo, hi])
