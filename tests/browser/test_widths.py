@@ -96,3 +96,45 @@ def test_the_snapshot_page_at_each_width(snapshot_page, browser, width):
                     assert not overlapping(a, b), f"{width} px: {chart}'s labels at {a} and {b} overlap"
     finally:
         context.close()
+
+
+# Each side of the compare page: its controls' boxes, and the device picker's text against its box
+SIDES = """() => Array.from(document.querySelectorAll('.fv-side')).map((side) => ({
+    parts: Array.from(side.querySelectorAll(':scope > label')).map((l) => { const r = l.getBoundingClientRect();
+        return [r.left, r.top, r.right, r.bottom]; }),
+    device: (() => { const v = side.querySelector('.fv-device .dash-dropdown-value, .fv-device');
+                     return [v.scrollWidth, v.clientWidth, v.innerText]; })()}))"""
+
+
+@pytest.fixture(scope="module")
+def compare_page(tmp_path_factory, real_dir):
+    srv = Server(str(tmp_path_factory.mktemp("widths_compare") / "store.sqlite"))
+    try:
+        sid = srv.sample_id("gpt_train.pickle.gz")
+        yield f"{srv.url}/compare?a={sid}&b={sid}"
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("width", (1024, 1440, 1920))
+def test_the_compare_page_at_each_width(compare_page, browser, width):
+    """Each side's snapshot, device and event on one line, the two sides one above the other, the device
+    picker's 'cuda:0' whole, nothing scrolling sideways."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    context.set_default_timeout(90000)
+    page = context.new_page()
+    try:
+        page.goto(compare_page)
+        page.wait_for_function("Array.from(document.querySelectorAll('.fv-side .fv-device'))"
+                               ".filter(d => d.innerText.includes('cuda:0')).length === 2")
+        sides = page.evaluate(SIDES)
+        assert len(sides) == 2
+        for side in sides:
+            tops = {round(p[1]) for p in side["parts"]}
+            assert len(side["parts"]) == 3 and max(tops) - min(tops) <= 2, f"{width} px: a side wraps: {side}"
+            scroll_width, client_width, text = side["device"]
+            assert "cuda:0" in text and scroll_width <= client_width + 1, f"{width} px: the device reads {text!r}"
+        assert min(p[1] for p in sides[1]["parts"]) >= max(p[3] for p in sides[0]["parts"]), "B under A"
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    finally:
+        context.close()
