@@ -150,6 +150,9 @@ window.fragviz = window.fragviz || {};
 
     function legend(box, colors, present) {
         const el = part(box, "div", "fv-map-legend");
+        const hint = document.createElement("span");
+        hint.className = "fv-hint fv-map-hint";
+        hint.textContent = "drag across the map to zoom, double-click to see all";
         el.replaceChildren(...KINDS.filter((k) => present.has(k)).map((k) => {
             const item = document.createElement("span");
             item.className = "fv-legend-item";
@@ -157,11 +160,23 @@ window.fragviz = window.fragviz || {};
             swatch.style.background = colors[k];
             item.append(swatch, document.createTextNode(k));
             return item;
-        }));
+        }), hint);
         return el;
     }
 
-    /* The segment map of `state` in `box`. options: {most (rows before folding, null for all), colors, sites}. */
+    /* Round ticks between lo and hi (in the axis's unit), at most about `most`. */
+    function spanTicks(lo, hi, most) {
+        const steps = roundTicks(hi - lo, most, false);
+        const step = steps.length > 1 ? steps[1] - steps[0] : 1;
+        const out = [];
+        for (let t = Math.ceil(lo / step - 1e-9) * step; t <= hi * (1 + 1e-9); t += step) {
+            out.push(Math.round(t * 1e12) / 1e12);
+        }
+        return out;
+    }
+
+    /* The segment map of `state` in `box`. options: {most (rows before folding, null for all), colors, span
+       (the offsets shown, [lo, hi] bytes; null for all: a drag zooms, see state_view.js)}. */
     function segmentMap(box, state, options) {
         const colors = options.colors;
         const order = segmentRows(state, options.most);
@@ -183,11 +198,11 @@ window.fragviz = window.fragviz || {};
         const rowH = order.length ? Math.max(2, Math.min(ROW, Math.floor(MOST_PIXELS / order.length))) : ROW;
         const height = Math.max(60, order.length * rowH + 8);
         const top = order.reduce((m, i) => Math.max(m, state[i].size), 0);
-        const [scale, unit] = unitFor(top);
-        const x = (bytes) => left + (bytes / (top || 1)) * plotW;
+        const [lo, hi] = options.span || [0, top || 1];
+        const [scale, unit] = unitFor(options.span ? hi - lo : top);
+        const x = (bytes) => left + ((bytes - lo) / (hi - lo || 1)) * plotW;
         const g = sized(mapCanvas, width, height);
-        const ticks = roundTicks(top / scale, Math.max(2, Math.floor(plotW / 90)), false)
-            .filter((t) => t * scale <= top * 1.0001);
+        const ticks = spanTicks(lo / scale, hi / scale, Math.max(2, Math.floor(plotW / 90)));
         g.strokeStyle = GRID;
         g.lineWidth = 1;
         for (const t of ticks) {
@@ -200,9 +215,16 @@ window.fragviz = window.fragviz || {};
         g.font = MONO;
         g.textBaseline = "middle";
         g.textAlign = "right";
+        if (rowH >= 10) {
+            g.fillStyle = INK;
+            labels.forEach((label, r) => g.fillText(label, left - 8, 4 + r * rowH + rowH / 2));
+        }
+        g.save();  // blocks only within the plot area (a zoom leaves some beyond it)
+        g.beginPath();
+        g.rect(left, 0, plotW, height);
+        g.clip();
         order.forEach((si, r) => {
             const seg = state[si], y = 4 + r * rowH, mid = y + rowH / 2;
-            if (rowH >= 10) { g.fillStyle = INK; g.fillText(labels[r], left - 8, mid); }
             const blocks = [];
             seg.blocks.forEach((b, bi) => {
                 const x0 = x(b.address - seg.address), x1 = x(b.address - seg.address + b.size);
@@ -219,10 +241,11 @@ window.fragviz = window.fragviz || {};
             });
             rows.push({label: labels[r], y0: y, y1: y + rowH, segment: si, blocks: blocks});
         });
+        g.restore();
         legend(box, colors, present);
         drawSizeAxis(axisCanvas, width, left, plotW, ticks, unit, x, scale);
         return {rows: rows, folded: folded, left: left, plotWidth: plotW, rowHeight: rowH, kinds: [...present],
-                unit: unit, top: top, ticks: ticks.map(tickText), legend: legendBox, canvas: mapCanvas};
+                unit: unit, top: top, span: [lo, hi], ticks: ticks.map(tickText), legend: legendBox, canvas: mapCanvas};
     }
 
     /* The size axis above the map (sticky: it stays in sight while the map scrolls under it). */

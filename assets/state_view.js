@@ -114,19 +114,26 @@ window.fragviz = window.fragviz || {};
     function paint(ask, state, sites) {
         const b = boxes();
         if (!b.map || !b.gaps) return;
-        const source = ask.source, colors = source.colors;
+        if (current && current.ask.view.device !== ask.view.device) b.map.__fvSpan = null;  // a device starts whole
         const f = fv.lives.figures(state);
-        const [mark, markLabel] = markOf(source, ask.view, ask.markMib);
-        const map = fv.draw.segmentMap(b.map, state, {most: ask.every ? null : source.rows, colors: colors});
-        const histogram = fv.draw.gapHistogram(b.gaps, f.gaps, {largest: f.generalLargest, mark: mark,
-                                                                markLabel: markLabel, colors: colors});
         const info = fv.lives.eventInfo(ask.view.event, ask.view.n, f);
-        window.dash_clientside.set_props(source.ids.info, {children: info});
-        current = {ask: ask, state: state, sites: sites, map: map, histogram: histogram, info: info};
+        window.dash_clientside.set_props(ask.source.ids.info, {children: info});
+        current = {ask: ask, state: state, figures: f, sites: sites, info: info};
+        draw(b);
         listen(b.map, b.gaps);
         stateView.draws += 1;
         document.dispatchEvent(new CustomEvent("fv-state-drawn", {detail: {event: ask.view.event}}));
         after(ask, b.map);
+    }
+
+    /* The current state's map and histogram, drawn again (a new state, a zoom, a new width). */
+    function draw(b) {
+        const ask = current.ask, source = ask.source, colors = source.colors, f = current.figures;
+        const [mark, markLabel] = markOf(source, ask.view, ask.markMib);
+        current.map = fv.draw.segmentMap(b.map, current.state, {most: ask.every ? null : source.rows, colors: colors,
+                                                                span: b.map.__fvSpan || null});
+        current.histogram = fv.draw.gapHistogram(b.gaps, f.gaps, {largest: f.generalLargest, mark: mark,
+                                                                  markLabel: markLabel, colors: colors});
     }
 
     /* What follows a state drawn, once the browser has shown it: the first state of a device lets the rest of
@@ -157,6 +164,7 @@ window.fragviz = window.fragviz || {};
     /* The block under a point of the map's canvas, or null. */
     function blockAt(px, py) {
         const rows = current.map.rows, h = current.map.rowHeight;
+        if (px < current.map.left || px > current.map.left + current.map.plotWidth) return null;
         const row = rows[Math.floor((py - 4) / h)];
         if (!row) return null;
         const hit = row.blocks.find((b) => px >= b.x0 && px < Math.max(b.x1, b.x0 + 1));
@@ -202,7 +210,10 @@ window.fragviz = window.fragviz || {};
             current.map.canvas.style.cursor = hit ? "pointer" : "";
         });
         mapBox.addEventListener("mouseleave", (e) => showTip(e, null));
+        let dragged = false;
+        zoomable(mapBox, () => { dragged = true; });
         mapBox.addEventListener("click", (e) => {
+            if (dragged) { dragged = false; return; }  // the end of a drag, not a click on a block
             if (!current || e.target !== current.map.canvas) return;
             const hit = blockAt(...local(e, current.map.canvas));
             if (!hit) return;
@@ -226,9 +237,60 @@ window.fragviz = window.fragviz || {};
             window.requestAnimationFrame(() => {
                 pending = false;
                 width = mapBox.clientWidth;
-                if (current && document.body.contains(mapBox)) paint(current.ask, current.state, current.sites);
+                const b = boxes();
+                if (current && b.map === mapBox) draw(b);
             });
         }).observe(mapBox);
+    }
+
+    /* A drag across the map's plot area zooms it to the offsets dragged over (kept for the next events, as
+       Plotly kept a zoom); a double-click shows every offset again. `onDrag` hears that a drag happened (the
+       click that ends it is no click on a block). */
+    function zoomable(mapBox, onDrag) {
+        let start = null;
+        const band = document.createElement("div");
+        band.className = "fv-map-zoombox";
+        mapBox.appendChild(band);
+        const inPlot = (px) => Math.min(Math.max(px, current.map.left), current.map.left + current.map.plotWidth);
+        const offset = (px) => {
+            const [lo, hi] = current.map.span;
+            return lo + (inPlot(px) - current.map.left) / current.map.plotWidth * (hi - lo);
+        };
+        mapBox.addEventListener("mousedown", (e) => {
+            if (e.button !== 0 || !current || e.target !== current.map.canvas) return;
+            const px = local(e, current.map.canvas)[0];
+            if (px < current.map.left) return;
+            start = px;
+            e.preventDefault();
+        });
+        document.addEventListener("mousemove", (e) => {
+            if (start === null || !current) return;
+            const canvas = current.map.canvas, px = inPlot(local(e, canvas)[0]);
+            band.style.display = Math.abs(px - start) > 4 ? "block" : "none";
+            band.style.left = canvas.offsetLeft + Math.min(px, start) + "px";
+            band.style.top = canvas.offsetTop + "px";
+            band.style.width = Math.abs(px - start) + "px";
+            band.style.height = canvas.offsetHeight + "px";
+        });
+        document.addEventListener("mouseup", (e) => {
+            if (start === null || !current) return;
+            const px = inPlot(local(e, current.map.canvas)[0]), from = start;
+            start = null;
+            band.style.display = "none";
+            if (Math.abs(px - from) <= 4) return;
+            onDrag();
+            const a = offset(Math.min(px, from)), b = offset(Math.max(px, from));
+            if (b - a >= 1) zoomTo(mapBox, [a, b]);
+        });
+        mapBox.addEventListener("dblclick", (e) => {
+            if (current && e.target === current.map.canvas) zoomTo(mapBox, null);
+        });
+    }
+
+    function zoomTo(mapBox, span) {
+        mapBox.__fvSpan = span;
+        const b = boxes();
+        if (current && b.map === mapBox) draw(b);
     }
 
     /* What is drawn now, as plain data: the event, the line of figures, the map's rows and blocks (in canvas
@@ -244,6 +306,7 @@ window.fragviz = window.fragviz || {};
                         state: block.state};
             })})),
             segments: current.state.length, folded: m.folded, kinds: m.kinds, unit: m.unit, ticks: m.ticks, top: m.top,
+            span: m.span,
             left: m.left, plotWidth: m.plotWidth,
             histogram: {buckets: h.buckets.map((b) => ({range: b.range, gaps: b.gaps, bytes: b.bytes})),
                         labels: h.labels, markText: h.markText, width: h.width, height: h.height},

@@ -185,3 +185,37 @@ def test_gap_histogram_counts_ticks_and_mark(page, server):
     assert "failed request 90.00 MiB" in legend["text"] and title["text"].startswith("largest allocation that fits")
     assert plot["right"] - plot["left"] >= 300
     assert page.errors == []
+
+
+def test_a_drag_zooms_the_segment_map_and_a_double_click_shows_it_all(page, server):
+    sid = server.sample_id("gpt_train_fragmentation_oom.pickle.gz")
+    page.goto(f"{server.url}/snapshots/{sid}?device=0&event=5000")
+    drawn = wait_for_state(page, 5000)
+    assert drawn["span"] == [0, drawn["top"]]
+    page.locator("#segment-map").scroll_into_view_if_needed()  # the map unscrolled: its axis above its rows
+    box = page.locator("#segment-map canvas.fv-map-rows").bounding_box()
+    y = box["y"] + (drawn["rows"][0]["y0"] + drawn["rows"][0]["y1"]) / 2  # the first row
+    assert page.evaluate(f"document.elementFromPoint({box['x'] + drawn['left'] + 5}, {y}).classList.contains("
+                         "'fv-map-rows')")
+    page.mouse.move(box["x"] + drawn["left"] + 5, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + drawn["left"] + drawn["plotWidth"] / 2, y, steps=5)
+    page.mouse.up()
+    page.wait_for_function(f"fragviz.stateView.drawn().span[1] < {drawn['top'] * 0.7}")
+    zoomed = wait_for_state(page)
+    lo, hi = zoomed["span"]
+    assert 0 <= lo < hi and abs(hi - drawn["top"] * 0.5) < drawn["top"] * 0.05  # the half dragged over
+    assert all(lo / 2**20 - 1e-9 <= float(t) <= hi / 2**20 + 1e-9 for t in zoomed["ticks"])  # MiB, within it
+    # a block as wide as the view is now twice as wide on the canvas
+    widest = max(b["x1"] - b["x0"] for r in drawn["rows"] for b in r["blocks"])
+    assert max(b["x1"] - b["x0"] for r in zoomed["rows"] for b in r["blocks"]) > 1.5 * widest
+    page.wait_for_timeout(300)
+    assert page.locator("#stack-trace").inner_text().startswith("Click a block")  # a drag is no click
+    page.click("#next-event")
+    assert wait_for_state(page, 5001)["span"] == zoomed["span"]  # the zoom holds for the next event
+    page.locator("#segment-map").scroll_into_view_if_needed()  # the button's click scrolled the page
+    box = page.locator("#segment-map canvas.fv-map-rows").bounding_box()
+    page.mouse.dblclick(box["x"] + drawn["left"] + 40, box["y"] + (drawn["rows"][0]["y0"] + drawn["rows"][0]["y1"]) / 2)
+    page.wait_for_function("(() => { const d = fragviz.stateView.drawn(); return d.span[0] === 0 &&"
+                           " d.span[1] === d.top; })()")
+    assert page.errors == []

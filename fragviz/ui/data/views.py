@@ -10,7 +10,7 @@ from fragviz.model.metrics import StateFigures
 from fragviz.model import BlockState, Frame, Segment
 from fragviz.library import Library
 from fragviz.ui.data.usage import UsageViews
-from fragviz.usage.sites import site_label, top_sites
+from fragviz.usage.sites import top_sites
 
 
 class Views:
@@ -30,10 +30,6 @@ class Views:
 
     def frames(self, sid: int, stack: int) -> tuple[Frame, ...]:
         return self._frames(sid, stack) if stack >= 0 else ()
-
-    def site(self, sid: int, stack: int) -> str:
-        frames = self.frames(sid, stack)
-        return site_label(list(frames)) if frames else ""
 
     def state(self, sid: int, device: int, event: int | None) -> tuple[list[Segment], StateFigures, int]:
         return self.reader.device_state(sid, device, event)
@@ -66,7 +62,3 @@ class Views:
         lo = int(tl.start[i])
         fine = self.reader.timeline(sid, device, lo, lo + tl.bucket, max_points=tl.bucket + 1)
         return int(fine.start[int(fine.maxs["allocated"].argmax())])
-
-
-def gaps_of(segments: list[Segment]) -> list[int]:
-    return [b.size for s in segments for b in s.blocks if b.state is BlockState.INACTIVE]

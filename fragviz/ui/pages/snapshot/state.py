@@ -15,8 +15,8 @@ from fragviz.ui import ids
 from fragviz.ui.context import AppContext
 from fragviz.ui.figures.segments import FREE_BLOCK
 from fragviz.ui.figures.style import COLORS
-from fragviz.ui.pages.snapshot.device import whatif_href
 from fragviz.ui.pages.common import card
+from fragviz.ui.pages.snapshot.device import whatif_href
 from fragviz.ui.pages.snapshot.view import View
 
 SEGMENT_ROWS = 120  # segments drawn before the smallest are folded
