@@ -273,10 +273,13 @@ def table_times(db: str, repeats: int) -> tuple[list[float], list[float], int]:
 
     from fragviz.jobs.table import job_figures_of
     from fragviz.library import Library
+    from fragviz.ui.data.compare import CompareViews
+    from fragviz.ui.data.views import Views
     from fragviz.ui.pages import job as job_page
 
     reader = Library.open(db)
     job_id = reader.job_named(JOB).id
+    ctx = SimpleNamespace(reader=reader, compare=CompareViews(Views(reader)))  # what the job page reads
     table, page = [], []
     for _ in range(repeats + 1):
         t = time.perf_counter()
@@ -284,7 +287,7 @@ def table_times(db: str, repeats: int) -> tuple[list[float], list[float], int]:
         job_page.ranks_table(figures, "rank", False)
         table.append(time.perf_counter() - t)
         t = time.perf_counter()
-        job_page.layout(SimpleNamespace(reader=reader), f"/jobs/{job_id}")
+        job_page.layout(ctx, f"/jobs/{job_id}")
         page.append(time.perf_counter() - t)
     reader.close()
     return table, page, len(figures.rows)

@@ -106,8 +106,9 @@ def register(app: dash.Dash, ctx: AppContext) -> None:
     def draw_sites(drawn, show_all, pathname, search):
         if not drawn:  # not before the state is drawn
             raise PreventUpdate
-        # The icicle follows the stack panel's frame filter: its checkbox redraws it
-        return sites_at(ctx, view_of(ctx, pathname, search), "all" in (show_all or []))
+        # The state drawn's sites (its device and event); the icicle follows the stack panel's frame filter too
+        view = view_of(ctx, pathname, search)._replace(device=drawn["device"], event=drawn["event"])
+        return sites_at(ctx, view, "all" in (show_all or []))
 
     @app.callback(Output(ids.SITES_PEAK, "data"), Output(ids.SITES_PEAK, "tooltip_data"),
                   Output(ids.SITES_PEAK_INFO, "children"), Input(ids.STATE_DRAWN, "data"),
