@@ -51,17 +51,17 @@
     return events[n - 1];
   }
 
-  // The timeline's line at its selected event (plot.__fvEvent), over its plot area; hidden outside the range shown
-  function placeTimelineLine(plot) {
+  // A vertical line over a graph's plot area at `x` on its x axis (an element laid over the plot: moving it redraws
+  // nothing); hidden outside the range shown or where `x` is not a number
+  function placeLine(plot, x) {
     var size = plotArea(plot), range = axisRange(plot, "xaxis");
-    if (!size || !range || range[1] === range[0] || typeof plot.__fvEvent !== "number") { return; }
+    if (!size || !range || range[1] === range[0]) { return; }
     var line = plot.querySelector(".fv-event-line");
     if (!line) {
       line = document.createElement("div");
       line.className = "fv-event-line";
       plot.appendChild(line);
     }
-    var x = eventX({layout: plot.layout}, plot.__fvEvent);
     var px = (x - range[0]) / (range[1] - range[0]) * size.w;
     line.setAttribute("data-x", String(x));
     line.style.display = px >= 0 && px <= size.w ? "block" : "none";
@@ -70,7 +70,13 @@
     line.style.height = size.h + "px";
   }
 
-  window.fragvizPlots = {plotArea: plotArea, axisRange: axisRange, eventX: eventX, secondsToEvent: secondsToEvent};
+  // The timeline's line at its selected event (plot.__fvEvent; by time, where the figure's meta puts it)
+  function placeTimelineLine(plot) {
+    if (typeof plot.__fvEvent === "number") { placeLine(plot, eventX({layout: plot.layout}, plot.__fvEvent)); }
+  }
+
+  window.fragvizPlots = {plotArea: plotArea, axisRange: axisRange, eventX: eventX, secondsToEvent: secondsToEvent,
+                         placeLine: placeLine};
 
   var ns = (window.dash_clientside = window.dash_clientside || {});
   ns.fragviz = Object.assign(ns.fragviz || {}, {

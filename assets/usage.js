@@ -38,31 +38,13 @@
   var GRAPHS = ['allocation-bands', 'memory-by-kind'];
   var selected = null;
 
-  // Both x axes are linear: a value's pixel is its share of the range shown, across the plot area
-  function toPixel(range, length, value) {
-    return (value - range[0]) / (range[1] - range[0]) * length;
-  }
-
+  // Both x axes are linear: a pixel's value is its share of the plot area, across the range shown
   function toValue(range, length, pixel) {
     return range[0] + pixel / length * (range[1] - range[0]);
   }
 
   function placeLine(plot) {
-    var size = window.fragvizPlots.plotArea(plot);  // the plot area once margins grew for the legend and the labels
-    var range = window.fragvizPlots.axisRange(plot, 'xaxis');
-    var line = plot && plot.querySelector('.fv-event-line');
-    if (!size || !range || range[1] === range[0]) { return; }
-    if (!line) {
-      line = document.createElement('div');
-      line.className = 'fv-event-line';
-      plot.appendChild(line);
-    }
-    var x = selected === null ? NaN : toPixel(range, size.w, selected);
-    var inside = x >= 0 && x <= size.w;
-    line.style.display = inside ? 'block' : 'none';
-    line.style.left = (size.l + x) + 'px';
-    line.style.top = size.t + 'px';
-    line.style.height = size.h + 'px';
+    window.fragvizPlots.placeLine(plot, selected === null ? NaN : selected);
   }
 
   // The bands' words under the pointer, and a clicked band sent to the stack panel: the rectangles and their

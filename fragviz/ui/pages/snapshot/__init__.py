@@ -11,7 +11,7 @@ from dash import dcc, html
 from fragviz.base.errors import FragvizError, public_message
 from fragviz.ui import ids
 from fragviz.ui.context import AppContext
-from fragviz.ui.pages.common import card, error_page, fb, header
+from fragviz.ui.pages.common import card, error_page, fb, header, opening_device
 from fragviz.ui.pages.snapshot import device, export, oom, sites, stack, state, timeline, usage
 from fragviz.ui.pages.snapshot.view import PATH, view_of
 
@@ -33,7 +33,7 @@ def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Di
         dcc.Location(id=ids.SNAPSHOT_URL, refresh="callback-nav"), dcc.Store(id=ids.SITES_TRIGGER),
         dcc.Store(id=ids.STACK_SOURCE), dcc.Store(id=ids.SELECTED_EVENT), dcc.Store(id=ids.BLOCK_CLICK),
         dcc.Store(id=ids.STATE_DRAWN),
-        state.state_source(ctx, view.sid, row.devices, view_of(ctx, pathname, None).device), header(),
+        state.state_source(ctx, view.sid, row.devices, opening_device(row.devices, row.summary, None)), header(),
         html.Main(className="fv-main", children=[
             html.H2(row.name.rsplit("/", 1)[-1], title=row.name),
             html.P(device.sub_line(fmt, row.file_size, view.n, view.device), id=ids.SNAPSHOT_SUB, className="fv-sub"),
