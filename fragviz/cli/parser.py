@@ -5,6 +5,7 @@ import argparse
 
 from fragviz import __version__
 from fragviz.base.settings import SETTINGS
+from fragviz.cli.gate import cmd_gate
 from fragviz.cli.explain import cmd_doctor, cmd_export, cmd_report, cmd_simulate
 from fragviz.cli.ingest import cmd_ingest
 from fragviz.cli.serve import cmd_limits, cmd_serve
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export(sub, db_help)
     _add_simulate(sub, db_help)
     _add_doctor(sub, db_help)
+    _add_gate(sub, db_help)
     _add_capture(sub)
     _add_run(sub)
     _add_attach(sub, db_help)
@@ -113,6 +115,34 @@ def _add_doctor(sub: argparse._SubParsersAction, db_help: str) -> None:
     doc.add_argument("--no-simulate", action="store_true", help="skip the what-if simulations")
     doc.add_argument("--json", action="store_true", help="print one JSON object (a refusal too: {\"error\": ...})")
     doc.set_defaults(run=cmd_doctor)
+
+
+def _add_gate(sub: argparse._SubParsersAction, db_help: str) -> None:
+    gate = sub.add_parser("gate", help="fail a CI run whose memory breaks a budget or grew over its baseline",
+                          description="Checks each budget given on CANDIDATE (against BASELINE where given) and names "
+                          "the allocation sites whose memory at the peak grew most. CANDIDATE and BASELINE are snapshot "
+                          "files, store ids, or memory summaries (JSON) that --write-summary or the pytest plugin wrote. "
+                          "Exit status: 0 every budget holds, 1 one fails, 2 the gate cannot judge (the reason is "
+                          "printed). With $GITHUB_STEP_SUMMARY set, the Markdown report is appended to it.")
+    gate.add_argument("candidate", metavar="CANDIDATE")
+    gate.add_argument("--baseline", metavar="BASELINE", help="the run to compare with (file, store id or summary)")
+    gate.add_argument("--max-peak-reserved", metavar="SIZE", help="most bytes reserved at the peak, e.g. 2GiB")
+    gate.add_argument("--max-peak-allocated", metavar="SIZE", help="most bytes allocated at the peak")
+    gate.add_argument("--max-growth", metavar="PCT", help="how much each peak (reserved, allocated) may grow over the "
+                      "baseline's, e.g. 5%%")
+    gate.add_argument("--max-fragmentation", metavar="RATIO", help="most fragmentation (non-releasable / reserved) "
+                      "at the reserved peak, e.g. 0.3 or 30%%")
+    gate.add_argument("--device-memory", metavar="SIZE", help="simulate the candidate's trace on a device of this "
+                      "size: fails if it would run out of memory there")
+    gate.add_argument("--alloc-conf", metavar="CONF", help="with --device-memory: the PYTORCH_CUDA_ALLOC_CONF to "
+                      "simulate (default: the recorded settings)")
+    gate.add_argument("--db", help=db_help)
+    gate.add_argument("--junit", metavar="FILE", help="write the verdict as JUnit XML")
+    gate.add_argument("--markdown", metavar="FILE", help="write the verdict as Markdown (a pull request's summary)")
+    gate.add_argument("--write-summary", metavar="FILE", help="write the candidate's memory summary (small JSON, a "
+                      "baseline to commit)")
+    gate.add_argument("--json", action="store_true", help="print one JSON object: passed, checks, sites")
+    gate.set_defaults(run=cmd_gate)
 
 
 def _add_capture(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,76 @@
+"""What a gate compares: a snapshot file, a stored snapshot's id, or a memory summary (JSON) that a gate wrote.
+
+A snapshot (file or id) is replayed and summarised; with a device size to check, its trace is also simulated. Two
+sides are read in two processes where the machine has the cores (each replay is single-threaded numpy and Python).
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from fragviz.base.errors import UsageError
+from fragviz.base.settings import db_path
+from fragviz.gate.budgets import Budgets
+from fragviz.gate.figures import MemorySummary, is_summary_file, read_summary, summarize
+from fragviz.gate.judge import DeviceFit, device_fits
+from fragviz.replay.analysis import Analysis
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a gate: its figures, and where it is a snapshot, its device-memory simulations."""
+
+    summary: MemorySummary
+    fits: dict[int, DeviceFit] | None
+
+
+def read_side(target: str, db: str | None, budgets: Budgets | None = None) -> Side:
+    """`target` read as a summary, a snapshot file or a store id; `budgets.device_memory` simulates its trace."""
+    if os.path.isfile(target) and is_summary_file(target):
+        return Side(read_summary(target), None)
+    analysis = _analysis(target, db)
+    fits = None
+    if budgets is not None and budgets.device_memory is not None:
+        fits = device_fits(analysis, budgets.device_memory, budgets.alloc_conf)
+    return Side(summarize(analysis, target), fits)
+
+
+def read_sides(candidate: str, baseline: str | None, db: str | None, budgets: Budgets) -> tuple[Side, Side | None]:
+    """Both sides, the baseline in a second process when there are two snapshots to replay and two cores."""
+    if baseline is None:
+        return read_side(candidate, db, budgets), None
+    if _is_snapshot(candidate) and _is_snapshot(baseline) and (os.cpu_count() or 1) > 1 and _can_fork():
+        import multiprocessing
+
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+            other = pool.submit(read_side, baseline, db)
+            ours = read_side(candidate, db, budgets)
+            return ours, other.result()
+    return read_side(candidate, db, budgets), read_side(baseline, db)
+
+
+def _analysis(target: str, db: str | None) -> Analysis:
+    if os.path.exists(target):
+        from fragviz.library.ingest import analyze_file
+
+        return analyze_file(target)
+    if target.isdigit():
+        from fragviz.library import Library
+
+        return Library.open(db_path(db)).load_analysis(int(target))
+    raise UsageError(f"{target}: no such file, and not a snapshot id")
+
+
+def _is_snapshot(target: str) -> bool:
+    if os.path.isfile(target):
+        return not is_summary_file(target)
+    if target.isdigit():
+        return True
+    raise UsageError(f"{target}: no such file, and not a snapshot id")
+
+
+def _can_fork() -> bool:
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
