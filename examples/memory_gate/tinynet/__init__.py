@@ -1,0 +1,1 @@
+"""A small classifier and its training loop: the project whose memory the tests' budgets guard."""

@@ -1,0 +1,203 @@
+"""fragviz's pytest plugin: memory budgets on tests (on by installing fragviz: the `pytest11` entry point).
+
+    @pytest.mark.memory_budget(peak="2GiB", growth="5%", device="24GiB")
+    def test_train_step(): ...
+
+    def test_eval(memory_budget):
+        memory_budget.limit(peak_allocated="512MiB")
+        ...
+
+A test with the marker or the fixture has its allocations recorded while it runs (on CUDA through PyTorch's memory
+history, on a CPU through fragviz's simulated device: `fragviz.gate.record`), and fails when a budget breaks, with
+the gate's report as its failure. Budgets: `peak` (peak reserved), `peak_allocated`, `growth` (each peak over the
+test's baseline), `fragmentation` (at the reserved peak), `device` (the trace simulated on a device of that size
+must not run out of memory), `alloc_conf` (the allocator settings to record and simulate under).
+
+Baselines are one small JSON per test id in a directory the project commits: `--memory-baseline DIR` (or
+`memory_baseline = DIR` in the ini file), written by `--memory-update-baseline`. `--memory-snapshots DIR` also
+writes each recorded test's snapshot, for `fragviz gate` or the dashboard.
+
+Only pytest and the standard library are imported when pytest loads the plugin; fragviz's gate and torch are
+imported when a test asks for a budget.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import warnings
+from typing import Any
+
+import pytest
+
+BUDGET_NAMES = ("peak", "peak_allocated", "growth", "fragmentation", "device", "alloc_conf")
+MARKER = "memory_budget"
+
+
+class MemoryBudgetWarning(UserWarning):
+    """A budget the plugin could not check (a growth budget without a baseline directory)."""
+
+
+class MemoryBudget:
+    """The budgets of one test (the marker's, then those `limit` sets while it runs) and, once it has run, its
+    figures (`summary`) and verdict (`result`)."""
+
+    def __init__(self, **budgets: Any) -> None:
+        self.budgets: dict[str, Any] = {}
+        self.summary = None
+        self.result = None
+        self.limit(**budgets)
+
+    def limit(self, **budgets: Any) -> None:
+        unknown = sorted(set(budgets) - set(BUDGET_NAMES))
+        if unknown:
+            raise pytest.UsageError(f"memory_budget: unknown budget(s) {', '.join(unknown)} (known: "
+                                    f"{', '.join(BUDGET_NAMES)})")
+        self.budgets.update({k: v for k, v in budgets.items() if v is not None})
+
+
+_BUDGET = pytest.StashKey[MemoryBudget]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fragviz", "memory budgets (fragviz)")
+    group.addoption("--memory-baseline", metavar="DIR", help="directory of the tests' memory baselines (one JSON "
+                    "per test id): growth budgets compare with them")
+    group.addoption("--memory-update-baseline", action="store_true", help="write each budgeted test's figures as "
+                    "its new baseline (growth budgets are not checked in that run)")
+    group.addoption("--memory-snapshots", metavar="DIR", help="also write each budgeted test's snapshot there")
+    group.addoption("--memory-device", choices=("auto", "cuda", "simulated"), default=None,
+                    help="record on CUDA or on fragviz's simulated device (default auto: CUDA where available)")
+    parser.addini("memory_baseline", "directory of the tests' memory baselines (relative to the rootdir)")
+    parser.addini("memory_device", "auto, cuda or simulated (default auto)", default="auto")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "memory_budget(peak=None, peak_allocated=None, growth=None, fragmentation=None, "
+                            "device=None, alloc_conf=None): record the test's allocations and fail it when a memory "
+                            "budget breaks (fragviz)")
+    if config.getoption("memory_update_baseline") and baseline_dir(config) is None:
+        raise pytest.UsageError("--memory-update-baseline needs --memory-baseline DIR (or memory_baseline in the ini "
+                                "file): where to write the baselines")
+
+
+@pytest.fixture
+def memory_budget(request: pytest.FixtureRequest) -> MemoryBudget:
+    """Records this test's allocations; `memory_budget.limit(peak="1GiB", ...)` sets its budgets."""
+    return request.node.stash.setdefault(_BUDGET, MemoryBudget())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    marker = item.get_closest_marker(MARKER)
+    if marker is None and MARKER not in getattr(item, "fixturenames", ()):
+        return (yield)
+    budget = item.stash.setdefault(_BUDGET, MemoryBudget())
+    if marker is not None:
+        if marker.args:
+            raise pytest.UsageError(f"{item.nodeid}: memory_budget takes named budgets only ({', '.join(BUDGET_NAMES)})")
+        budget.budgets = {**{k: v for k, v in marker.kwargs.items()}, **budget.budgets}
+        budget.limit()  # checks the marker's names
+    from fragviz.gate.record import recording
+
+    config = item.config
+    device = config.getoption("memory_device") or config.getini("memory_device") or "auto"
+    with recording(device, budget.budgets.get("alloc_conf"), root_file=str(item.path)) as rec:
+        outcome = yield
+    _judge(item, budget, rec)
+    return outcome
+
+
+def _judge(item: pytest.Item, budget: MemoryBudget, rec) -> None:
+    from fragviz.base.errors import FragvizError
+    from fragviz.gate.budgets import budgets_from_text
+    from fragviz.gate.figures import read_summary
+    from fragviz.gate.judge import device_fits, judge
+    from fragviz.gate.record import summary_of
+    from fragviz.gate.report import gate_text
+
+    config = item.config
+    b = budget.budgets
+    try:
+        budgets = budgets_from_text(_text(b.get("peak")), _text(b.get("peak_allocated")), _text(b.get("growth")),
+                                    _text(b.get("fragmentation")), _text(b.get("device")), b.get("alloc_conf"))
+    except FragvizError as exc:
+        raise pytest.UsageError(f"{item.nodeid}: memory_budget: {exc}") from None
+    summary, analysis = summary_of(rec, item.nodeid, str(config.rootpath))
+    budget.summary = summary
+    _write_snapshot(config, item.nodeid, rec)
+    folder = baseline_dir(config)
+    path = None if folder is None else os.path.join(folder, baseline_name(item.nodeid))
+    baseline = None
+    if config.getoption("memory_update_baseline"):
+        os.makedirs(folder, exist_ok=True)
+        _write(path, summary.to_json())
+        budgets = _without_growth(budgets)
+    elif path is not None and os.path.exists(path):
+        baseline = read_summary(path)
+    elif budgets.growth is not None:
+        if path is not None:
+            pytest.fail(f"{item.nodeid}: no memory baseline {path}: run pytest --memory-update-baseline to write it",
+                        pytrace=False)
+        warnings.warn(MemoryBudgetWarning(f"{item.nodeid}: growth budget not checked: no baseline directory "
+                                          "(--memory-baseline DIR or memory_baseline in the ini file)"))
+        budgets = _without_growth(budgets)
+    fits = device_fits(analysis, budgets.device_memory, budgets.alloc_conf) if budgets.device_memory else None
+    result = judge(summary, baseline, budgets, fits)
+    budget.result = result
+    if not result.passed:
+        _step_summary(result)
+        pytest.fail(gate_text(result), pytrace=False)
+
+
+def _step_summary(result) -> None:
+    """On GitHub Actions, a failing test's report also goes to the run's summary page."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return
+    from fragviz.gate.report import gate_markdown
+
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(gate_markdown(result) + "\n")
+
+
+def _without_growth(budgets):
+    from dataclasses import replace
+
+    return replace(budgets, growth=None)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def baseline_dir(config: pytest.Config) -> str | None:
+    given = config.getoption("memory_baseline") or config.getini("memory_baseline")
+    if not given:
+        return None
+    return given if os.path.isabs(given) else os.path.join(str(config.rootpath), given)
+
+
+def baseline_name(nodeid: str) -> str:
+    """A test id as a file name: 'tests/test_x.py::test_y[a]' -> 'tests.test_x.py--test_y[a].json'."""
+    name = re.sub(r"[^A-Za-z0-9._\-\[\]]", "_", nodeid.replace("::", "--").replace("/", "."))
+    if len(name) > 150:
+        name = name[:130] + "-" + hashlib.sha256(nodeid.encode()).hexdigest()[:16]
+    return name + ".json"
+
+
+def _write_snapshot(config: pytest.Config, nodeid: str, rec) -> None:
+    folder = config.getoption("memory_snapshots")
+    if not folder:
+        return
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, baseline_name(nodeid)[:-len(".json")] + ".pickle")
+    with open(path + ".tmp", "wb") as fh:
+        fh.write(rec.pickled())
+    os.replace(path + ".tmp", path)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(path + ".tmp", path)
