@@ -125,7 +125,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def analysis_for(target: str, db: str | None):
-    from fragviz.library.ingest import analyze_file
+    from fragviz.replay.files import analyze_file
 
     if os.path.exists(target):
         return analyze_file(target)

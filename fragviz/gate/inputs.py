@@ -9,7 +9,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from fragviz.base.errors import UsageError
+from fragviz.base.errors import FragvizError, UsageError
 from fragviz.base.settings import db_path
 from fragviz.gate.budgets import Budgets
 from fragviz.gate.figures import MemorySummary, is_summary_file, read_summary, summarize
@@ -44,15 +44,27 @@ def read_sides(candidate: str, baseline: str | None, db: str | None, budgets: Bu
         import multiprocessing
 
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
-            other = pool.submit(read_side, baseline, db)
+            other = pool.submit(_read_side_or_why, baseline, db)
             ours = read_side(candidate, db, budgets)
-            return ours, other.result()
+            theirs = other.result()
+        if isinstance(theirs, str):
+            raise FragvizError(theirs)
+        return ours, theirs
     return read_side(candidate, db, budgets), read_side(baseline, db)
+
+
+def _read_side_or_why(target: str, db: str | None) -> Side | str:
+    """read_side in the second process; an error comes back as its message, since not every FragvizError survives
+    the pickling back (SnapshotFormatError's two-argument constructor broke the pool: an internal error, exit 1)."""
+    try:
+        return read_side(target, db)
+    except FragvizError as exc:
+        return str(exc)
 
 
 def _analysis(target: str, db: str | None) -> Analysis:
     if os.path.exists(target):
-        from fragviz.library.ingest import analyze_file
+        from fragviz.replay.files import analyze_file
 
         return analyze_file(target)
     if target.isdigit():

@@ -1,18 +1,17 @@
 """Ingest: file -> safe load -> parse -> replay -> store, one transaction per file."""
 from __future__ import annotations
 
-import gc
 import os
 import re
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
-from fragviz.replay.analysis import Analysis, analyze
+from fragviz.replay.analysis import analyze
+from fragviz.replay.files import gc_paused
 from fragviz.base.errors import FragvizError, StoreBusyError, StoreError
 from fragviz.base.limits import Limits
-from fragviz.snapshot.loader import RawSnapshot, content_hash, decode_bytes, decode_file, file_digest, read_raw
+from fragviz.snapshot.loader import RawSnapshot, content_hash, decode_bytes, decode_file, file_digest
 from fragviz.base.units import cut
 from fragviz.snapshot.parse import parse_snapshot
 from fragviz.replay.preview import DevicePreview, columns_preview
@@ -122,31 +121,3 @@ def _ingest(store: Store, source: str, digest_of: Callable[[], str], decode: Cal
     phase("store")
     sid, new = write_snapshot(store, record_of(analysis, summary_of(analysis), digest, size))
     return IngestResult(source, sid, "ingested" if new else "unchanged")
-
-
-def analyze_file(path: str, name: str | None = None) -> Analysis:
-    """A snapshot file analysed without a store (`fragviz report FILE`, the doctor on a file): ingest's own
-    path up to the replay, so a report is as fast as an ingest and takes no more memory."""
-    limits = Limits.current()
-    with gc_paused():
-        raw = read_raw(path, name, limits)
-        snapshot = parse_snapshot(raw, limits, consume=True)
-        del raw
-        return analyze(snapshot, workers=os.cpu_count() or 1)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while millions of acyclic containers are built.
-
-    Unpickling a snapshot allocates a container per trace entry and frame list; each allocation burst
-    triggers collections that walk everything built so far. Snapshot data has no cycles, so pausing the
-    collector loses nothing and makes the load several times faster.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
