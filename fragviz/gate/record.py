@@ -94,9 +94,14 @@ def _simulated(rec: Recording, alloc_conf: str | None, root_file: str | None) ->
 def _cuda(rec: Recording, max_entries: int) -> Iterator[None]:
     import torch
 
+    import inspect
+
     torch.cuda.synchronize()
     torch.cuda.empty_cache()  # what earlier code left cached is not this block's
-    torch.cuda.memory._record_memory_history(max_entries=max_entries, stacks="python")
+    options = {"max_entries": max_entries, "stacks": "python"}
+    if "clear_history" in inspect.signature(torch.cuda.memory._record_memory_history).parameters:
+        options["clear_history"] = True  # PyTorch 2.4+: the trace holds this block's events only
+    torch.cuda.memory._record_memory_history(**options)
     try:
         yield
     finally:
