@@ -176,7 +176,7 @@ def read_summary(path: str) -> MemorySummary:
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise SummaryError(f"{path}: not a memory summary: invalid JSON ({str(exc).splitlines()[0]})") from None
     return summary_from_dict(data, path)  # named by its own path: the run it summarises is in "source"
 

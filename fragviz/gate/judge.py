@@ -8,6 +8,7 @@ why and never passes quietly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from fragviz.allocator.config import parse_alloc_conf
@@ -141,7 +142,18 @@ def _why_not(candidate: MemorySummary, baseline: MemorySummary | None, budgets: 
     if budgets.device_memory is not None and fits is None:
         return (f"{candidate.source} is a memory summary: it holds no trace to simulate on a device of "
                 f"{format_bytes(budgets.device_memory)} (--device-memory needs a snapshot file or a store id)")
+    if budgets.device_memory is not None:  # a device left unsimulated would drop its budget and pass quietly
+        unsimulated = [d.device for d in candidate.devices if d.device not in fits]
+        if unsimulated:
+            return (f"{candidate.source}: the trace of device(s) {unsimulated} holds no alloc, so there is no workload "
+                    f"to simulate on a device of {format_bytes(budgets.device_memory)}")
     return None
+
+
+def growth_limit(baseline: int, growth: float) -> int:
+    """The most bytes a peak may reach `growth` over `baseline`, rounded down in exact decimal arithmetic: 15 % over
+    200 MiB is 230 MiB, where the float product falls a byte short and a peak exactly at the limit would fail."""
+    return int(baseline * (1 + Fraction(repr(growth))))
 
 
 def _device_checks(dev: DeviceFigures, before: DeviceFigures | None, budgets: Budgets,
@@ -158,7 +170,7 @@ def _device_checks(dev: DeviceFigures, before: DeviceFigures | None, budgets: Bu
     if budgets.growth is not None and before is not None:
         for what in ("reserved", "allocated"):
             old = getattr(before, f"peak_{what}_bytes")
-            limit = int(old * (1 + budgets.growth))
+            limit = growth_limit(old, budgets.growth)
             out.append(_bytes_check(f"peak_{what}_growth", dev, f"peak_{what}_bytes", limit, old,
                                     f"peak {what}{on}", f"the {budgets.growth:.1%} growth limit "))
     if budgets.fragmentation is not None:

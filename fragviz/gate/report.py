@@ -2,6 +2,7 @@
 summary) and JUnit XML (any CI's test report)."""
 from __future__ import annotations
 
+import re
 from xml.sax.saxutils import escape, quoteattr
 
 from fragviz.base.units import format_bytes
@@ -124,19 +125,30 @@ def _code(text: str) -> str:
 
 def gate_junit(result: GateResult, suite: str = "fragviz memory gate") -> str:
     """One test case per check (a gate that cannot judge is one errored case), failures carrying the text report."""
-    report = gate_text(result)
+    report = _xml_text(gate_text(result))
     cases = []
     if result.status == CANNOT_JUDGE:
+        why = quoteattr(_xml_text(result.reason or ""))
         cases.append(f'  <testcase classname="fragviz.gate" name="judge">\n'
-                     f'    <error message={quoteattr(result.reason or "")}>{escape(report)}</error>\n  </testcase>')
+                     f'    <error message={why}>{escape(report)}</error>\n  </testcase>')
     for c in result.checks:
         name = quoteattr(_check_name(c, result))
         if c.passed:
             cases.append(f'  <testcase classname="fragviz.gate" name={name}/>')
         else:
+            detail = quoteattr(_xml_text(c.detail))
             cases.append(f'  <testcase classname="fragviz.gate" name={name}>\n'
-                         f'    <failure message={quoteattr(c.detail)}>{escape(report)}</failure>\n  </testcase>')
+                         f'    <failure message={detail}>{escape(report)}</failure>\n  </testcase>')
     failures = sum(1 for c in result.checks if not c.passed)
     errors = 1 if result.status == CANNOT_JUDGE else 0
     head = (f'<testsuite name={quoteattr(suite)} tests="{len(cases)}" failures="{failures}" errors="{errors}">')
     return "\n".join(['<?xml version="1.0" encoding="utf-8"?>', head, *cases, "</testsuite>"]) + "\n"
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    """`text` with what XML 1.0 cannot hold as U+FFFD: a control character in a snapshot's frame names or a path
+    would leave the whole report unreadable to a CI's parser."""
+    return _NOT_XML.sub("\ufffd", text)
