@@ -3,8 +3,8 @@ peak, and the allocation sites holding memory at that peak. A `MemorySummary` is
 --write-summary` and the pytest plugin write as a baseline: small JSON, no trace.
 
 Every figure is the replay's own (`fragviz report` gives the same): the peaks are the maxima of the replayed
-series over the traced window, the fragmentation is non-releasable / reserved at the first state of most reserved
-bytes, and the sites are `fragviz.usage.sites` labels of the live blocks in that state.
+series over the traced window, the fragmentation is non-releasable / reserved at the reserved peak at its fullest
+(`fullest_peak`), and the sites are `fragviz.usage.sites` labels of the live blocks in that state.
 
 Sites are matched between two runs by a key that survives an edit elsewhere in the file and a different checkout
 directory: the site frame's last two path components and its function, without the line (`site_key`).
@@ -55,7 +55,7 @@ class DeviceFigures:
     peak_reserved_bytes: int
     peak_allocated_bytes: int
     fragmentation: float  # at peak_state
-    peak_state: int  # the first state of most reserved bytes (events applied)
+    peak_state: int  # the reserved peak at its fullest (events applied): fullest_peak
     whole_run: bool  # False when the trace starts mid-run: the peaks are the traced window's
     sites: tuple[SiteBytes, ...]
 
@@ -105,7 +105,7 @@ def _untraced(analysis: Analysis) -> list[str]:
 def device_figures(analysis: Analysis, device: int) -> DeviceFigures:
     replay = analysis.replays[device]
     series = replay.series
-    peak = int(np.argmax(series["reserved"]))
+    peak = fullest_peak(series["reserved"], series["allocated"])
     reserved = int(series["reserved"][peak])
     segments = replay.segments_at(peak)
     sites = sites_of(segments, analysis.snapshot.stack_frames)
@@ -114,6 +114,14 @@ def device_figures(analysis: Analysis, device: int) -> DeviceFigures:
         peak_allocated_bytes=int(series["allocated"].max()),
         fragmentation=fragmentation(int(series["non_releasable"][peak]), reserved), peak_state=peak,
         whole_run=not (replay.pre_trace_blocks or replay.pre_trace_segments), sites=sites)
+
+
+def fullest_peak(reserved: np.ndarray, allocated: np.ndarray) -> int:
+    """The reserved peak at its fullest: of the states with most reserved bytes, the first with most allocated bytes.
+    The first state of most reserved bytes is right after a segment_alloc, before the alloc that needed the segment:
+    that allocation (a leak's, often) would be missing from the peak's sites."""
+    plateau = np.flatnonzero(reserved == reserved.max())
+    return int(plateau[int(np.argmax(allocated[plateau]))])
 
 
 def sites_of(segments: Sequence, frames_of, limit: int = SITES_KEPT) -> tuple[SiteBytes, ...]:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from fragviz.allocator.config import parse_alloc_conf
+from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
+from fragviz.allocator.rules import allocation_size, round_size
 from fragviz.base.units import format_bytes
 from fragviz.gate.budgets import Budgets
 from fragviz.gate.figures import DeviceFigures, MemorySummary
@@ -200,7 +201,7 @@ def _fit_check(fit: DeviceFit, on: str) -> Check:
     conf = f" with PYTORCH_CUDA_ALLOC_CONF={fit.settings}" if fit.settings else " with the recorded settings"
     if fit.oom_count:
         detail = (f"simulated on a device of {format_bytes(fit.capacity)}{conf}{on}: out of memory at event "
-                  f"{fit.first_oom_event} ({fit.oom_count} OOM(s)); it needed {format_bytes(fit.needed_bytes)}")
+                  f"{fit.first_oom_event} ({fit.oom_count} OOM(s)); it needed at least {format_bytes(fit.needed_bytes)}")
     else:
         detail = (f"simulated on a device of {format_bytes(fit.capacity)}{conf}{on}: fits, peak reserved "
                   f"{format_bytes(fit.needed_bytes)}")
@@ -245,6 +246,13 @@ def site_changes(candidate: MemorySummary, baseline: MemorySummary | None,
     return tuple(sorted(out, key=lambda s: (-s.growth, s.site))[:limit])
 
 
+def _asked(requested: int, settings: AllocatorSettings) -> int:
+    """What a request that failed asked the driver for: its new segment (the request rounded, and sized as the
+    allocator sizes segments); with expandable segments, at least the rounded request."""
+    rounded = round_size(requested, settings)
+    return rounded if settings.expandable_segments else allocation_size(rounded)
+
+
 def device_fits(analysis: Analysis, device_memory: int, alloc_conf: str | None) -> dict[int, DeviceFit]:
     """Free-run each traced device's workload on a device of `device_memory` bytes, under `alloc_conf` (default:
     the recorded settings)."""
@@ -258,7 +266,7 @@ def device_fits(analysis: Analysis, device_memory: int, alloc_conf: str | None) 
         run = run_free(analysis, device, settings, device_memory)
         figures = run.figures()
         first = run.ooms[0] if run.ooms else None
-        needed = first.reserved_bytes + first.requested_bytes if first else figures.peak_reserved_bytes
+        needed = first.reserved_bytes + _asked(first.requested_bytes, settings) if first else figures.peak_reserved_bytes
         out[device] = DeviceFit(device, device_memory, needed, run.oom_count, first.event if first else None,
                                 alloc_conf or "")
     return out

@@ -10,10 +10,11 @@ multiple of 512 bytes (the allocator's rounding), so a block's size is its reque
 Worked out:
 - peak reserved: every segment is live after the loss's segment_alloc: weights + gap + act + leak + loss;
 - peak allocated: after the loss's alloc: weights + act + leak + loss;
-- the peak state, the first of most reserved bytes: right after the loss's segment_alloc, before its alloc;
-- fragmentation there: only the weights' segment has free bytes beside a live block (the loss's segment is free
-  as a whole, so it can be released): gap / peak reserved;
-- the sites live at the peak: weights, act and leak (the loss's block is not allocated yet).
+- the peak state, the reserved peak at its fullest (of the states with most reserved bytes, the first with most
+  allocated): right after the loss's alloc (its segment_alloc reaches the peak reserved, its alloc fills it);
+- fragmentation there: only the weights' segment has free bytes beside a live block (the loss fills its own
+  segment): gap / peak reserved;
+- the sites live at the peak: weights, act, leak and loss.
 """
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def run(weights: int = 12 * MiB, gap: int = 8 * MiB, act: int = 8 * MiB, loss: i
              ev("segment_alloc", a, act, frames=fa), ev("alloc", a, act, frames=fa)]
     if leak:
         trace += [ev("segment_alloc", k, leak, frames=fk), ev("alloc", k, leak, frames=fk)]
-    peak_state = len(trace) + 1  # the loss's segment_alloc applied
+    peak_state = len(trace) + 2  # the loss's segment_alloc and alloc applied
     trace += [ev("segment_alloc", t, loss, frames=fl), ev("alloc", t, loss, frames=fl),
               ev("free_requested", t, loss, frames=fl), ev("free_completed", t, loss, frames=fl),
               ev("free_requested", a, act, frames=fa), ev("free_completed", a, act, frames=fa),
@@ -77,6 +78,7 @@ def run(weights: int = 12 * MiB, gap: int = 8 * MiB, act: int = 8 * MiB, loss: i
     if leak:
         key = label("train.py", 40 + shift, leak_name, root)
         sites[key] = sites.get(key, 0) + leak
+    sites[label("train.py", 30 + shift, "loss", root)] = loss
     return Run(segments, trace, weights + gap + act + leak + loss, weights + act + leak + loss, gap, peak_state,
                sites)
 
