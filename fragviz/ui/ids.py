@@ -49,6 +49,21 @@ COMPARE_ALIGN = "compare-align"  # the shared axis of the aligned timelines: eve
 COMPARE_ALIGNED = "compare-aligned"  # both sides' memory over the shared axis; a click selects both states
 COMPARE_ALIGNED_NOTE = "compare-aligned-note"  # what the step markers are, or why a side cannot be aligned
 COMPARE_PEAKS = "compare-peaks"  # the button that puts each side at its own peak
+# The compare page's memory gate: B judged against A as `fragviz gate B --baseline A` judges them
+COMPARE_GATE_PEAK_RESERVED = "gate-max-peak-reserved"  # budget: a size ("2GiB"), gr= in the URL
+COMPARE_GATE_PEAK_ALLOCATED = "gate-max-peak-allocated"  # budget: a size, ga= in the URL
+COMPARE_GATE_GROWTH = "gate-max-growth"  # budget: growth of each peak over A's ("5%"), gg= in the URL
+COMPARE_GATE_FRAGMENTATION = "gate-max-fragmentation"  # budget: a ratio at the reserved peak ("0.3"), gf= in the URL
+COMPARE_GATE_DEVICE_MEMORY = "gate-device-memory"  # budget: B's trace simulated on a device this size, gd= in the URL
+COMPARE_GATE_ALLOC_CONF = "gate-alloc-conf"  # the PYTORCH_CUDA_ALLOC_CONF of that simulation, gc= in the URL
+COMPARE_GATE_VERDICT = "gate-verdict"  # passed, FAILED or cannot judge (and why); or why a budget is not understood
+COMPARE_GATE_FIGURES = "gate-figures"  # each run's peaks and fragmentation at the peak, what the budgets judge
+COMPARE_GATE_CHECKS = "gate-checks"  # a row per budget and device: value, limit, baseline, change, pass or FAIL
+COMPARE_GATE_SITES_TITLE = "gate-sites-title"  # the sites table's title, or that no site grew
+COMPARE_GATE_SITES = "gate-sites"  # the allocation sites whose memory at the reserved peak grew most
+COMPARE_GATE_NOTES = "gate-notes"  # what the verdict rests on (a trace that starts mid-run, a simulated run)
+COMPARE_GATE_REPRODUCE = "gate-reproduce"  # the command's line and caption, hidden when there is no verdict
+COMPARE_GATE_COMMAND = "gate-command"  # <code>: the `fragviz gate` command line that gives the same verdict
 LIVE_TARGET = "live-target"
 LIVE_TOKEN = "live-token"
 LIVE_ATTACH = "live-attach"

@@ -106,12 +106,20 @@ SIDES = """() => Array.from(document.querySelectorAll('.fv-side')).map((side) =>
                      return [v.scrollWidth, v.clientWidth, v.innerText]; })()}))"""
 
 
+# The memory gate's card: its own scroll width, and the right edge of the farthest thing in it against its own
+GATE = """() => { const card = document.querySelector('.fv-gate');
+    const right = Math.max(...Array.from(card.querySelectorAll('*')).map((e) => e.getBoundingClientRect().right));
+    return {scroll: card.scrollWidth, client: card.clientWidth, right: right,
+            edge: card.getBoundingClientRect().right}; }"""
+
+
 @pytest.fixture(scope="module")
 def compare_page(tmp_path_factory, real_dir):
     srv = Server(str(tmp_path_factory.mktemp("widths_compare") / "store.sqlite"))
     try:
-        sid = srv.sample_id("gpt_train.pickle.gz")
-        yield f"{srv.url}/compare?a={sid}&b={sid}"
+        a, b = srv.sample_id("gpt_train.pickle.gz"), srv.sample_id("gpt_train_fragmentation_oom.pickle.gz")
+        # with budgets, so that the memory gate's card shows its tables (a check, the grown sites) and command
+        yield f"{srv.url}/compare?a={a}&b={b}&gg=5%25&gd=1GiB&gc=expandable_segments%3ATrue"
     finally:
         srv.stop()
 
@@ -119,7 +127,8 @@ def compare_page(tmp_path_factory, real_dir):
 @pytest.mark.parametrize("width", (1024, 1440, 1920))
 def test_the_compare_page_at_each_width(compare_page, browser, width):
     """Each side's snapshot, device and event on one line, the two sides one above the other, the device
-    picker's 'cuda:0' whole, nothing scrolling sideways."""
+    picker's 'cuda:0' whole, nothing scrolling sideways (the memory gate's card, its tables and command, within
+    its box)."""
     context = browser.new_context(viewport={"width": width, "height": 900})
     context.set_default_timeout(90000)
     page = context.new_page()
@@ -135,6 +144,10 @@ def test_the_compare_page_at_each_width(compare_page, browser, width):
             scroll_width, client_width, text = side["device"]
             assert "cuda:0" in text and scroll_width <= client_width + 1, f"{width} px: the device reads {text!r}"
         assert min(p[1] for p in sides[1]["parts"]) >= max(p[3] for p in sides[0]["parts"]), "B under A"
+        page.wait_for_function("document.querySelectorAll('#gate-checks td, #gate-sites td').length > 0"
+                               " && document.querySelector('#gate-command').innerText.length > 0")
+        gate = page.evaluate(GATE)
+        assert gate["scroll"] <= gate["client"] + 1 and gate["right"] <= gate["edge"] + 1, f"{width} px: {gate}"
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     finally:
         context.close()

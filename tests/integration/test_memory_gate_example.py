@@ -105,12 +105,14 @@ def test_a_larger_hidden_size_fails_the_growth_budget(runs):
     project, _tmp, result = runs["wider"]
     assert result.returncode == 1, result.stdout + result.stderr
     assert failed_tests(result) == {"test_train_memory", "test_evaluate_memory"}
-    # the weights grew by half (fc1 and fc2: 1536 x (512 + 1 + 10) + 10 floats, from 1024 x ... + 10)
     train_report = result.stdout.split("_ test_train_memory _", 1)[1].split("_ test_evaluate_memory _")[0]
     assert re.search(r"FAIL Peak allocated growth", train_report)
-    lines = (project / "tinynet" / "model.py").read_text().splitlines()
-    weights = lines.index("        self.fc1 = nn.Linear(features, hidden)") + 1
-    assert grown_sites(train_report)[0] == f"tinynet/model.py:{weights} __init__"
+    # what grows with the parameters: the weights, and the optimizer's state (AdamW's two moments per weight)
+    model = (project / "tinynet" / "model.py").read_text().splitlines()
+    train = (project / "tinynet" / "train.py").read_text().splitlines()
+    weights = f"tinynet/model.py:{model.index('        self.fc1 = nn.Linear(features, hidden)') + 1} __init__"
+    moments = f"tinynet/train.py:{train.index('        optimizer.step()') + 1} train"
+    assert set(grown_sites(train_report)[:2]) == {weights, moments}
 
 
 def test_fragviz_gate_catches_the_leak_on_the_snapshots_the_plugin_wrote(runs):

@@ -36,6 +36,7 @@ RANKS = {
     "library": 7,  # the store and the replay together: ingest, stored snapshots, export
     "jobs": 8,  # many ranks of one job
     "live": 8,  # the agent in the job and the poller beside the store
+    "gate": 8,  # a run's memory judged against budgets and a baseline (`fragviz gate`, the compare page's card)
     "cli": 10,  # starts the dashboard (`fragviz serve`)
     "ui": 9,
 }
@@ -127,10 +128,17 @@ def test_the_core_never_imports_the_ui():
     assert offenders == {}
 
 
+# The modules that record a workload (fragviz capture and run, the gate's pytest plugin): they import torch, lazily
+RECORDERS = ("fragviz/allocator/recorder.py", "fragviz/gate/record.py")
+
+
 def test_the_core_does_not_need_torch():
     offenders = [os.path.relpath(p, ROOT) for p in core_files()
-                 if any(n.split(".")[0] == "torch" for n in imports_of(p)) and not p.endswith("recorder.py")]
+                 if any(n.split(".")[0] == "torch" for n in imports_of(p)) and os.path.relpath(p, ROOT) not in RECORDERS]
     assert offenders == []
+    for recorder in RECORDERS:
+        eager = module_level_imports(os.path.join(ROOT, recorder))
+        assert not {n for n in eager if n.split(".")[0] == "torch"}, f"{recorder} imports torch when imported"
 
 
 def test_nothing_unpickles_without_the_restricted_unpickler():

@@ -1,7 +1,8 @@
 """The compare page: two snapshots (or two events or devices of one), side by side, on one axis, and as a
 difference by allocation site. The whole choice is in the URL:
 /compare?a=ID&da=DEVICE&ea=EVENT&b=ID&db=DEVICE&eb=EVENT&align=event|time|step; a side without an event is at its
-peak (its state of most allocated bytes), so /compare?a=ID&b=ID compares each at its peak."""
+peak (its state of most allocated bytes), so /compare?a=ID&b=ID compares each at its peak. The memory gate's
+budgets follow (gr, ga, gg, gf, gd, gc: see compare/gate.py): B judged against A as `fragviz gate` judges them."""
 from __future__ import annotations
 
 import dash
@@ -13,6 +14,7 @@ from fragviz.ui.figures.compare import difference_figure
 from fragviz.ui.context import AppContext
 from fragviz.ui.pages.common import card, error_panel, fb, header, make_search, query_int
 from fragviz.ui.pages.compare import align as compare_align
+from fragviz.ui.pages.compare import gate as compare_gate
 
 PATH = "/compare"  # a prefix, as it always was: /compare?a=...
 SIDES = (("A", "a", ids.COMPARE_A, ids.COMPARE_DEVICE_A, ids.COMPARE_EVENT_A),
@@ -36,6 +38,7 @@ def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Di
                                            {"name": "B", "id": "b"}, {"name": "B − A", "id": "delta"},
                                            {"name": "B − A (bytes)", "id": "delta_bytes", "type": "numeric"}],
                                   style_cell={"textAlign": "left", "whiteSpace": "normal"})),
+        compare_gate.gate_card(search),
     ])])
 
 
@@ -115,13 +118,16 @@ def register(app: dash.Dash, ctx: AppContext) -> None:
                      prevent_initial_call=True)(lambda sid, current: device_choice(ctx, sid, current))
 
     compare_align.register(app, ctx)
+    compare_gate.register(app, ctx)
 
     @app.callback(Output(ids.URL, "search", allow_duplicate=True), *compare_align.SIDE_INPUTS,
-                  Input(ids.COMPARE_ALIGN, "value"), State(ids.URL, "search"), prevent_initial_call="initial_duplicate")
-    def follow_url(a, da, ea, b, db, eb, align, search):
+                  Input(ids.COMPARE_ALIGN, "value"), *compare_gate.INPUTS, State(ids.URL, "search"),
+                  prevent_initial_call="initial_duplicate")
+    def follow_url(a, da, ea, b, db, eb, align, gr, ga, gg, gf, gd, gc, search):
         if a is None or b is None:
             return no_update  # half a choice stays as it came: no history entry to step back through
-        new_search = make_search(a=a, da=da, ea=ea, b=b, db=db, eb=eb, align=None if align == "event" else align)
+        new_search = make_search(a=a, da=da, ea=ea, b=b, db=db, eb=eb, align=None if align == "event" else align,
+                                 **compare_gate.url_keys((gr, ga, gg, gf, gd, gc)))
         return no_update if new_search == search else new_search
 
     @app.callback(Output(ids.COMPARE_SUMMARY, "children"), Output(ids.COMPARE_FIGURE, "figure"),
