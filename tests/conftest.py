@@ -44,6 +44,7 @@ SLOW = (
     "tests/integration/test_package_install.py",
     "tests/integration/test_parallel_replay.py",
     "tests/integration/test_prometheus.py",
+    "tests/integration/test_pytest_plugin.py",
     "tests/integration/test_store.py",
     "tests/integration/test_store_engines.py",
     "tests/integration/test_usage_real.py",

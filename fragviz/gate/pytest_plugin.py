@@ -26,7 +26,7 @@ import hashlib
 import os
 import re
 import warnings
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -49,6 +49,7 @@ class MemoryBudget:
         self.limit(**budgets)
 
     def limit(self, **budgets: Any) -> None:
+        __tracebackhide__ = True  # a misuse in a test shows the test's line, not the plugin's
         unknown = sorted(set(budgets) - set(BUDGET_NAMES))
         if unknown:
             raise pytest.UsageError(f"memory_budget: unknown budget(s) {', '.join(unknown)} (known: "
@@ -94,18 +95,42 @@ def pytest_runtest_call(item: pytest.Item):
         return (yield)
     budget = item.stash.setdefault(_BUDGET, MemoryBudget())
     if marker is not None:
-        if marker.args:
-            raise pytest.UsageError(f"{item.nodeid}: memory_budget takes named budgets only ({', '.join(BUDGET_NAMES)})")
-        budget.budgets = {**{k: v for k, v in marker.kwargs.items()}, **budget.budgets}
-        budget.limit()  # checks the marker's names
+        budget.budgets = {**_marked(item, marker), **budget.budgets}
     from fragviz.gate.record import recording
 
     config = item.config
     device = config.getoption("memory_device") or config.getini("memory_device") or "auto"
+    _check_alloc_conf(item, budget.budgets.get("alloc_conf"))
     with recording(device, budget.budgets.get("alloc_conf"), root_file=str(item.path)) as rec:
         outcome = yield
     _judge(item, budget, rec)
     return outcome
+
+
+def _misuse(item: pytest.Item, message: str) -> NoReturn:
+    """A budget written wrong fails its test with one line naming it, not with a traceback of the plugin."""
+    raise pytest.fail.Exception(f"{item.nodeid}: {message}", pytrace=False) from None
+
+
+def _marked(item: pytest.Item, marker: pytest.Mark) -> dict[str, Any]:
+    if marker.args:
+        _misuse(item, f"memory_budget takes named budgets only ({', '.join(BUDGET_NAMES)})")
+    try:
+        return MemoryBudget(**marker.kwargs).budgets  # checks the marker's names
+    except pytest.UsageError as exc:
+        _misuse(item, str(exc))
+
+
+def _check_alloc_conf(item: pytest.Item, conf: Any) -> None:
+    if conf is None:
+        return
+    from fragviz.allocator.config import parse_alloc_conf
+    from fragviz.base.errors import FragvizError
+
+    try:
+        parse_alloc_conf(str(conf))
+    except FragvizError as exc:
+        _misuse(item, f"memory_budget: alloc_conf: {exc}")
 
 
 def _judge(item: pytest.Item, budget: MemoryBudget, rec) -> None:
@@ -118,11 +143,12 @@ def _judge(item: pytest.Item, budget: MemoryBudget, rec) -> None:
 
     config = item.config
     b = budget.budgets
+    conf = b.get("alloc_conf") if b.get("device") is not None else None  # alone, it is the recording's settings
     try:
         budgets = budgets_from_text(_text(b.get("peak")), _text(b.get("peak_allocated")), _text(b.get("growth")),
-                                    _text(b.get("fragmentation")), _text(b.get("device")), b.get("alloc_conf"))
+                                    _text(b.get("fragmentation")), _text(b.get("device")), conf)
     except FragvizError as exc:
-        raise pytest.UsageError(f"{item.nodeid}: memory_budget: {exc}") from None
+        _misuse(item, f"memory_budget: {exc}")
     summary, analysis = summary_of(rec, item.nodeid, str(config.rootpath))
     budget.summary = summary
     _write_snapshot(config, item.nodeid, rec)

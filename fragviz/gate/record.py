@@ -19,7 +19,9 @@ from typing import Any, Iterator
 from fragviz.gate.figures import MemorySummary, summarize
 from fragviz.replay.analysis import Analysis
 
-UNLIMITED = 1 << 50  # the simulated device's size while recording: 1 PiB, never the limit
+# the simulated device's size while recording: 1 TiB, more than a CPU run holds, so never the limit; not more, so
+# that expandable segments' reservations (1.125 x the device each) fit in the simulator's address space
+UNLIMITED = 1 << 40
 AUTO, CUDA, SIMULATED = "auto", "cuda", "simulated"
 
 
