@@ -32,6 +32,7 @@ import pytest
 
 BUDGET_NAMES = ("peak", "peak_allocated", "growth", "fragmentation", "device", "alloc_conf")
 MARKER = "memory_budget"
+DEVICES = ("auto", "cuda", "simulated")
 
 
 class MemoryBudgetWarning(UserWarning):
@@ -67,7 +68,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--memory-update-baseline", action="store_true", help="write each budgeted test's figures as "
                     "its new baseline (growth budgets are not checked in that run)")
     group.addoption("--memory-snapshots", metavar="DIR", help="also write each budgeted test's snapshot there")
-    group.addoption("--memory-device", choices=("auto", "cuda", "simulated"), default=None,
+    group.addoption("--memory-device", choices=DEVICES, default=None,
                     help="record on CUDA or on fragviz's simulated device (default auto: CUDA where available)")
     parser.addini("memory_baseline", "directory of the tests' memory baselines (relative to the rootdir)")
     parser.addini("memory_device", "auto, cuda or simulated (default auto)", default="auto")
@@ -77,6 +78,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "memory_budget(peak=None, peak_allocated=None, growth=None, fragmentation=None, "
                             "device=None, alloc_conf=None): record the test's allocations and fail it when a memory "
                             "budget breaks (fragviz)")
+    device = config.getini("memory_device")
+    if device not in DEVICES:
+        raise pytest.UsageError(f"memory_device = {device!r} in the ini file: use one of {', '.join(DEVICES)}")
     if config.getoption("memory_update_baseline") and baseline_dir(config) is None:
         raise pytest.UsageError("--memory-update-baseline needs --memory-baseline DIR (or memory_baseline in the ini "
                                 "file): where to write the baselines")
@@ -148,7 +152,7 @@ def _judge(item: pytest.Item, budget: MemoryBudget, rec) -> None:
         budgets = budgets_from_text(_text(b.get("peak")), _text(b.get("peak_allocated")), _text(b.get("growth")),
                                     _text(b.get("fragmentation")), _text(b.get("device")), conf)
     except FragvizError as exc:
-        _misuse(item, f"memory_budget: {exc}")
+        _misuse(item, f"memory_budget: {_marker_words(str(exc))}")
     summary, analysis = summary_of(rec, item.nodeid, str(config.rootpath))
     budget.summary = summary
     _write_snapshot(config, item.nodeid, rec)
@@ -168,6 +172,10 @@ def _judge(item: pytest.Item, budget: MemoryBudget, rec) -> None:
         warnings.warn(MemoryBudgetWarning(f"{item.nodeid}: growth budget not checked: no baseline directory "
                                           "(--memory-baseline DIR or memory_baseline in the ini file)"))
         budgets = _without_growth(budgets)
+    if not summary.devices:  # every budget holds for a test that allocates nothing; it says so, in case that is a bug
+        warnings.warn(MemoryBudgetWarning(f"{item.nodeid}: no allocation was recorded on the {rec.device} device: "
+                                          "nothing to judge"))
+        return
     fits = device_fits(analysis, budgets.device_memory, budgets.alloc_conf) if budgets.device_memory else None
     result = judge(summary, baseline, budgets, fits)
     budget.result = result
@@ -187,6 +195,17 @@ def _step_summary(result) -> None:
         fh.write(gate_markdown(result) + "\n")
 
 
+# the gate's options, as the marker names them
+_MARKER_WORDS = {"--max-peak-reserved": "peak", "--max-peak-allocated": "peak_allocated", "--max-growth": "growth",
+                 "--max-fragmentation": "fragmentation", "--device-memory": "device"}
+
+
+def _marker_words(message: str) -> str:
+    for option, word in _MARKER_WORDS.items():
+        message = message.replace(option, word)
+    return message
+
+
 def _without_growth(budgets):
     from dataclasses import replace
 
@@ -198,7 +217,12 @@ def _text(value: Any) -> str | None:
 
 
 def baseline_dir(config: pytest.Config) -> str | None:
-    given = config.getoption("memory_baseline") or config.getini("memory_baseline")
+    """--memory-baseline (relative to where pytest was started, as its other paths are), else the ini file's
+    memory_baseline (relative to the rootdir, where the ini file is)."""
+    given = config.getoption("memory_baseline")
+    if given:
+        return os.path.abspath(given)
+    given = config.getini("memory_baseline")
     if not given:
         return None
     return given if os.path.isabs(given) else os.path.join(str(config.rootpath), given)

@@ -234,6 +234,11 @@ def test_growth_without_a_baseline_directory():
     two_requests()
 
 
+@pytest.mark.memory_budget(peak="1MiB")
+def test_allocates_nothing():
+    assert sum(range(10)) == 45
+
+
 def test_fixture_limit_within(memory_budget, figures):
     memory_budget.limit(peak_allocated="21MiB")
     two_requests()
@@ -339,6 +344,7 @@ BUDGET_OUTCOMES = {
     # request, 12 MiB)
     "test_on_a_small_device_a_20_mib_page_does_not_fit": ("failed", ("Fits the device", None, 19 * MiB)),
     "test_growth_without_a_baseline_directory": ("passed", None),
+    "test_allocates_nothing": ("passed", None),
     "test_fixture_limit_within": ("passed", None),
     "test_fixture_limit_over": ("failed", ("Peak reserved", 38 * MiB, 37 * MiB)),
     "test_fixture_limit_overrides_the_marker": ("passed", None),
@@ -479,14 +485,25 @@ def test_a_growth_budget_without_a_baseline_directory_passes_with_a_warning(runs
     warnings = run.proc.stdout.split("warnings summary", 1)[1]
     assert re.search(rf"^{re.escape(test)}\n.*MemoryBudgetWarning: {re.escape(test)}: growth budget not checked: no "
                      r"baseline directory", warnings, re.M), warnings
-    assert re.search(r"\b1 warning\b", run.proc.stdout.strip().splitlines()[-1]), warnings  # that one alone
+    nothing = "tests/test_budgets.py::test_allocates_nothing"
+    assert re.search(rf"^{re.escape(nothing)}\n.*MemoryBudgetWarning: {re.escape(nothing)}: no allocation was "
+                     r"recorded on the simulated device: nothing to judge", warnings, re.M), warnings
+    assert re.search(r"\b2 warnings\b", run.proc.stdout.strip().splitlines()[-1]), warnings  # those two alone
+
+
+def test_a_memory_device_the_plugin_does_not_know_is_refused_at_start(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmemory_device = gpu\n")
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    run = run_pytest(tmp_path, "bad_device")
+    assert run.proc.returncode == pytest.ExitCode.USAGE_ERROR, run.output
+    assert "ERROR: memory_device = 'gpu' in the ini file: use one of auto, cuda, simulated" in run.proc.stderr
 
 
 def test_a_misused_budget_fails_its_test_in_one_line_naming_it(runs):
     run = runs["budgets"]
     expect = {"test_unknown_budget_name": "memory_budget: unknown budget(s) bogus (known: peak, peak_allocated",
               "test_positional_argument": "memory_budget takes named budgets only (peak, peak_allocated",
-              "test_bad_size": "memory_budget: --max-peak-reserved: '5 apples' is not a size",
+              "test_bad_size": "memory_budget: peak: '5 apples' is not a size",
               "test_bad_alloc_conf": "memory_budget: alloc_conf: PYTORCH_CUDA_ALLOC_CONF: expandable_segments "
                                      "expects True or False, got 'Maybe'"}
     for name, message in expect.items():
