@@ -25,11 +25,12 @@ class Side:
     fits: dict[int, DeviceFit] | None
 
 
-def read_side(target: str, db: str | None, budgets: Budgets | None = None) -> Side:
-    """`target` read as a summary, a snapshot file or a store id; `budgets.device_memory` simulates its trace."""
+def read_side(target: str, db: str | None, budgets: Budgets | None = None, workers: int | None = None) -> Side:
+    """`target` read as a summary, a snapshot file or a store id; `budgets.device_memory` simulates its trace. A
+    file's devices are replayed in up to `workers` processes (default: one per CPU)."""
     if os.path.isfile(target) and is_summary_file(target):
         return Side(read_summary(target), None)
-    analysis = _analysis(target, db)
+    analysis = _analysis(target, db, workers)
     fits = None
     if budgets is not None and budgets.device_memory is not None:
         fits = device_fits(analysis, budgets.device_memory, budgets.alloc_conf)
@@ -44,8 +45,8 @@ def read_sides(candidate: str, baseline: str | None, db: str | None, budgets: Bu
         import multiprocessing
 
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
-            other = pool.submit(_read_side_or_why, baseline, db)
-            ours = read_side(candidate, db, budgets)
+            other = pool.submit(_read_side_or_why, baseline, db)  # each side on a core of its own
+            ours = read_side(candidate, db, budgets, workers=1)
             theirs = other.result()
         if isinstance(theirs, str):
             raise FragvizError(theirs)
@@ -57,16 +58,16 @@ def _read_side_or_why(target: str, db: str | None) -> Side | str:
     """read_side in the second process; an error comes back as its message, since not every FragvizError survives
     the pickling back (SnapshotFormatError's two-argument constructor broke the pool: an internal error, exit 1)."""
     try:
-        return read_side(target, db)
+        return read_side(target, db, workers=1)
     except FragvizError as exc:
         return str(exc)
 
 
-def _analysis(target: str, db: str | None) -> Analysis:
+def _analysis(target: str, db: str | None, workers: int | None) -> Analysis:
     if os.path.exists(target):
         from fragviz.replay.files import analyze_file
 
-        return analyze_file(target)
+        return analyze_file(target, workers=workers)
     if target.isdigit():
         from fragviz.library import Library
 

@@ -13,14 +13,15 @@ from fragviz.snapshot.loader import read_raw
 from fragviz.snapshot.parse import parse_snapshot
 
 
-def analyze_file(path: str, name: str | None = None) -> Analysis:
-    """A snapshot file analysed (`fragviz report FILE`, the doctor and the gate on a file)."""
+def analyze_file(path: str, name: str | None = None, workers: int | None = None) -> Analysis:
+    """A snapshot file analysed (`fragviz report FILE`, the doctor and the gate on a file); its devices replayed in
+    up to `workers` processes (default: one per CPU)."""
     limits = Limits.current()
     with gc_paused():
         raw = read_raw(path, name, limits)
         snapshot = parse_snapshot(raw, limits, consume=True)
         del raw
-        return analyze(snapshot, workers=os.cpu_count() or 1)
+        return analyze(snapshot, workers=workers or os.cpu_count() or 1)
 
 
 @contextmanager
