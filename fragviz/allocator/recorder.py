@@ -13,9 +13,9 @@ from __future__ import annotations
 import gzip
 import os
 import pickle
+import sys
 import threading
 import time
-import traceback
 import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -138,13 +138,15 @@ class SimulatedDevice:
             del trace[:len(trace) - self.max_entries]
 
     def _stack(self) -> int:
-        stack = traceback.extract_stack()[:-3]
+        # the caller's frames, innermost first as PyTorch writes them, from the frame that called track (past
+        # _stack, track and the dispatch mode); read off the frames, not traceback's summaries, which read each
+        # frame's source line from disk
+        stack = [(f.f_code.co_filename, f.f_lineno or 0, f.f_code.co_name) for f in _frames(sys._getframe(3))]
         if self.root_file is not None:
-            outer = next((i for i, fs in enumerate(stack) if fs.filename == self.root_file), 0)
-            stack = stack[outer:]
-        # innermost first, as PyTorch writes them
-        return self.stacks.intern_keys((fs.filename, fs.lineno or 0, fs.name) for fs in reversed(stack)
-                                       if not any(s in fs.filename for s in _SKIP_FILES))
+            inner = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == self.root_file), None)
+            if inner is not None:  # the outermost frame of the script, and what it called
+                stack = stack[:inner + 1]
+        return self.stacks.intern_keys(fs for fs in stack if not any(s in fs[0] for s in _SKIP_FILES))
 
     def _oom_message(self, nbytes: int) -> str:
         a = self.alloc
@@ -169,6 +171,12 @@ class SimulatedDevice:
             frames, stacks = tuple(self.stacks.frames), tuple(self.stacks.stacks)
             self.lock_seconds = time.perf_counter() - started
         return build_snapshot(state, frames, stacks, provenance, pause)
+
+
+def _frames(frame: Any) -> Iterator[Any]:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
 
 
 def _oom_error(message: str) -> Exception:

@@ -63,7 +63,6 @@ def recording(device: str = AUTO, alloc_conf: str | None = None, root_file: str 
     when it raises)."""
     chosen = choose_device(device)
     rec = Recording(chosen)
-    gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()
     try:
