@@ -1,0 +1,11 @@
+"""Memory budgets: a run's memory judged against budgets and a baseline, so that CI fails the change that makes
+memory worse.
+
+- `figures`: a run's figures per device (peaks, fragmentation at the reserved peak, sites), the small JSON summary;
+- `budgets`: the limits as users write them, and the `fragviz gate` command line that checks them;
+- `judge`: the checks, the grown sites, the device-size simulation, the verdict (passed, failed, cannot judge);
+- `report`: the verdict as text, Markdown and JUnit XML;
+- `inputs`: a side of a gate read from a snapshot file, a store id or a summary;
+- `record`: a block of code's allocations recorded (CUDA, or fragviz's simulated device on a CPU);
+- `pytest_plugin`: budgets on tests (a `pytest11` entry point).
+"""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import pickle
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from fragviz.gate.figures import MemorySummary, summarize
@@ -31,7 +31,6 @@ class Recording:
 
     device: str  # CUDA or SIMULATED
     snapshot: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def analysis(self, source: str) -> Analysis:
         """The recording replayed, as a snapshot file of it would be (through the safe loader)."""
