@@ -24,6 +24,7 @@ from fragviz.allocator.config import parse_alloc_conf
 from fragviz.allocator.rules import allocation_size, round_size
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import build_snapshot, copy_state
+from fragviz.base.files import write_atomically
 from fragviz.snapshot.frames import StackInterner
 from fragviz.base.units import torch_format_size
 
@@ -38,10 +39,7 @@ def write_snapshot(path: str, data: dict[str, Any]) -> None:
     blob = pickle.dumps(data, protocol=4)
     if path.endswith(".gz"):
         blob = gzip.compress(blob, mtime=0)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(blob)
-    os.replace(tmp, path)
+    write_atomically(path, blob)
 
 
 @contextmanager

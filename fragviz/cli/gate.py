@@ -39,8 +39,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def _write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    from fragviz.base.files import write_atomically
+
+    write_atomically(path, text)
     print(f"wrote {path}", file=sys.stderr)

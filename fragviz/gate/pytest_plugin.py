@@ -139,6 +139,7 @@ def _check_alloc_conf(item: pytest.Item, conf: Any) -> None:
 
 def _judge(item: pytest.Item, budget: MemoryBudget, rec) -> None:
     from fragviz.base.errors import FragvizError
+    from fragviz.base.files import write_atomically
     from fragviz.gate.budgets import budgets_from_text
     from fragviz.gate.figures import read_summary
     from fragviz.gate.judge import device_fits, judge
@@ -161,7 +162,7 @@ def _judge(item: pytest.Item, budget: MemoryBudget, rec) -> None:
     baseline = None
     if config.getoption("memory_update_baseline"):
         os.makedirs(folder, exist_ok=True)
-        _write(path, summary.to_json())
+        write_atomically(path, summary.to_json())
         budgets = _without_growth(budgets)
     elif path is not None and os.path.exists(path):
         baseline = read_summary(path)
@@ -241,13 +242,6 @@ def _write_snapshot(config: pytest.Config, nodeid: str, rec) -> None:
     if not folder:
         return
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, baseline_name(nodeid)[:-len(".json")] + ".pickle")
-    with open(path + ".tmp", "wb") as fh:
-        fh.write(rec.pickled())
-    os.replace(path + ".tmp", path)
+    from fragviz.base.files import write_atomically
 
-
-def _write(path: str, text: str) -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(path + ".tmp", path)
+    write_atomically(os.path.join(folder, baseline_name(nodeid)[:-len(".json")] + ".pickle"), rec.pickled)

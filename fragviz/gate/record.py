@@ -14,6 +14,7 @@ import gc
 import pickle
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterator
 
 from fragviz.gate.figures import MemorySummary, summarize
@@ -40,9 +41,11 @@ class Recording:
 
         if self.snapshot is None:
             raise RuntimeError("the recording is not finished")
-        return analyze(parse_snapshot(decode_bytes(self.pickled(), source)))
+        return analyze(parse_snapshot(decode_bytes(self.pickled, source)))
 
+    @cached_property
     def pickled(self) -> bytes:
+        """The snapshot as a file holds it, pickled once for the replay and the file both."""
         return pickle.dumps(self.snapshot, protocol=4)
 
 

@@ -76,6 +76,11 @@ def failed_tests(result: subprocess.CompletedProcess) -> set[str]:
     return set(re.findall(r"^FAILED tests/test_memory\.py::(\w+)", result.stdout, re.M))
 
 
+def train_report(result: subprocess.CompletedProcess) -> str:
+    """The training test's failure report in pytest's output (the evaluation test's follows it)."""
+    return result.stdout.split("_ test_train_memory _", 1)[1].split("_ test_evaluate_memory _")[0]
+
+
 def grown_sites(report: str) -> list[str]:
     """The site column of the report's grown-sites lines, in order."""
     part = report.split("sites whose memory at the peak grew most:", 1)[1]
@@ -94,9 +99,9 @@ def test_the_leak_fails_the_budgeted_tests_naming_the_leaking_site(runs):
     project, tmp, result = runs["leak"]
     assert result.returncode == 1, result.stdout + result.stderr
     assert failed_tests(result) == {"test_train_memory", "test_evaluate_memory"}
-    train_report = result.stdout.split("_ test_train_memory _", 1)[1].split("_ test_evaluate_memory _")[0]
-    assert re.search(r"FAIL Peak allocated growth", train_report)
-    assert grown_sites(train_report)[0] == activation_site(project)
+    report = train_report(result)
+    assert re.search(r"FAIL Peak allocated growth", report)
+    assert grown_sites(report)[0] == activation_site(project)
     summary = (tmp / "step_summary.md").read_text()
     assert summary.count("memory gate FAILED") == 2 and activation_site(project) in summary
 
@@ -105,14 +110,14 @@ def test_a_larger_hidden_size_fails_the_growth_budget(runs):
     project, _tmp, result = runs["wider"]
     assert result.returncode == 1, result.stdout + result.stderr
     assert failed_tests(result) == {"test_train_memory", "test_evaluate_memory"}
-    train_report = result.stdout.split("_ test_train_memory _", 1)[1].split("_ test_evaluate_memory _")[0]
-    assert re.search(r"FAIL Peak allocated growth", train_report)
+    report = train_report(result)
+    assert re.search(r"FAIL Peak allocated growth", report)
     # what grows with the parameters: the weights, and the optimizer's state (AdamW's two moments per weight)
     model = (project / "tinynet" / "model.py").read_text().splitlines()
     train = (project / "tinynet" / "train.py").read_text().splitlines()
     weights = f"tinynet/model.py:{model.index('        self.fc1 = nn.Linear(features, hidden)') + 1} __init__"
     moments = f"tinynet/train.py:{train.index('        optimizer.step()') + 1} train"
-    assert set(grown_sites(train_report)[:2]) == {weights, moments}
+    assert set(grown_sites(report)[:2]) == {weights, moments}
 
 
 def test_fragviz_gate_catches_the_leak_on_the_snapshots_the_plugin_wrote(runs):
