@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from tests.support.pages import COUNT_CALLBACKS
 from tests.support.server import Server
 
 CHROMIUM = "/usr/bin/chromium"
@@ -37,6 +38,7 @@ def page(browser):
     # every wait is on a condition; the bound is wide because CI runs 4 workers on 2 cores, where a page's first
     # draw over a real trace has taken over 30 s
     context.set_default_timeout(90000)
+    context.add_init_script(COUNT_CALLBACKS)
     pg = context.new_page()
     pg.errors = []
     pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)

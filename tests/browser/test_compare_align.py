@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.support.helpers import ROOT
+from tests.support.pages import click_plot
 from tests.support.server import Server
 from fragviz.replay.analysis import analyze
 from fragviz.snapshot import load_snapshot
@@ -85,10 +86,7 @@ def test_step_alignment_each_at_its_peak_and_a_click_moves_both(page, runs):
     assert shapes["B selected"] == pytest.approx(step_of(peak_b, mb))
 
     # a click at 30 % of the axis: both sides move to their states at one step
-    box = page.locator("#compare-aligned .nsewdrag").first.bounding_box()
-    x, y = box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.5
-    page.mouse.move(x, y)
-    page.mouse.click(x, y)
+    box = click_plot(page, "compare-aligned", 0.3)
     page.wait_for_function(f"!location.search.includes('ea={peak_a}&')")
     ea, eb = events(page)
     # the same position lies in both chosen states' stretches of the axis: [step(e), step(e + 1))

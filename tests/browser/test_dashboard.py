@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.support.helpers import REAL, ROOT, MiB, block, ev, segment, snapshot, write_pickle
-from tests.support.pages import click_block, post_file, upload, wait_for_plot, wait_for_state
+from tests.support.pages import click_block, click_plot, post_file, upload, wait_for_plot, wait_for_state
 from tests.support.server import Server
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
@@ -101,9 +101,8 @@ def test_each_choice_draws_its_state_in_the_page(page, server):
 
     # a click on the timeline, by event: the state at the clicked x
     wait_for_plot(page, "timeline")
-    area = page.locator("#timeline .nsewdrag").first.bounding_box()
     x_range = page.evaluate("document.querySelector('#timeline .js-plotly-plot')._fullLayout.xaxis.range")
-    page.mouse.click(area["x"] + area["width"] * 0.25, area["y"] + area["height"] / 2)
+    click_plot(page, "timeline", 0.25)
     page.wait_for_function("fragviz.stateView.drawn().event !== 63")
     clicked = page.evaluate("fragviz.stateView.drawn().event")
     assert abs(clicked - (x_range[0] + 0.25 * (x_range[1] - x_range[0]))) <= 3  # the nearest point's event
@@ -259,10 +258,7 @@ def test_the_timeline_by_time(page, server):
     page.click("#timeline-axis input[value=time]")
     title = "document.querySelector('#timeline .js-plotly-plot').layout.xaxis.title.text"
     page.wait_for_function(f"{title} === 'seconds since the first event'")
-    box = page.locator("#timeline .nsewdrag").first.bounding_box()
-    x, y = box["x"] + box["width"] * 0.975, box["y"] + box["height"] * 0.5  # the events crowd the end
-    page.mouse.move(x, y)
-    page.mouse.click(x, y)
+    click_plot(page, "timeline", 0.975)  # the events crowd the end
     page.wait_for_function("!location.search.includes('event=10')")
     chosen = int(page.evaluate("new URLSearchParams(location.search).get('event')"))
     assert chosen != 10 and 0 < chosen <= 97  # an event picked from its time

@@ -9,10 +9,46 @@ import urllib.error
 import urllib.request
 import uuid
 
+# Counts the page's Dash callback requests in flight (window.fvCallbacksInFlight), so that a test can wait for a
+# page to settle: the renderer keeps its pending callbacks to itself.
+COUNT_CALLBACKS = """
+(() => {
+  window.fvCallbacksInFlight = 0;
+  const fetched = window.fetch;
+  window.fetch = function (input, init) {
+    const url = typeof input === 'string' ? input : (input && input.url) || '';
+    if (!url.includes('_dash-update-component')) return fetched.apply(this, arguments);
+    window.fvCallbacksInFlight += 1;
+    return fetched.apply(this, arguments).finally(() => { window.fvCallbacksInFlight -= 1; });
+  };
+})();
+"""
+
 
 def wait_for_plot(page, graph_id: str, timeout: int = 30000) -> None:
     page.wait_for_function(f"(() => {{ const p = document.querySelector('#{graph_id} .js-plotly-plot');"
                            f" return p && p._fullData && p._fullData.length > 0; }})()", timeout=timeout)
+
+
+def wait_settled(page, timeout: int = 90000) -> None:
+    """Wait until no Dash callback is in flight: nothing left to redraw or move what a test is about to click."""
+    page.wait_for_function("window.fvCallbacksInFlight === 0", timeout=timeout)
+
+
+def click_plot(page, graph_id: str, fx: float, fy: float = 0.5) -> dict:
+    """A person's click on a Plotly graph at a fraction (fx, fy) of its plot area, once the page has settled and
+    Plotly has drawn its hover label there: Plotly reports a click on the point it hovers, so a click that lands
+    before the hover (or on a plot redrawn under the pointer) reports nothing. The plot area's box."""
+    wait_settled(page)
+    area = page.locator(f"#{graph_id} .nsewdrag").first
+    area.scroll_into_view_if_needed()
+    box = area.bounding_box()
+    x, y = box["x"] + box["width"] * fx, box["y"] + box["height"] * fy
+    page.mouse.move(x - 3, y)
+    page.mouse.move(x, y)
+    page.wait_for_function(f"document.querySelector('#{graph_id} .hoverlayer').childElementCount > 0")
+    page.mouse.click(x, y)
+    return box
 
 
 def wait_for_state(page, event: int | None = None, timeout: int = 30000) -> dict:
