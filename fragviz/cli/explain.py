@@ -23,30 +23,41 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from fragviz.simulate import follow, simulated_snapshot, what_if
+    from fragviz.simulate.reshape import changes_label
     from fragviz.simulate.text import follow_text, what_if_text
     from fragviz.simulate.whatif import NothingToSimulate, nothing_to_follow
     from fragviz.base.units import parse_size
 
+    changes = code_changes(args)  # a usage error before the file is read
     analysis = analysis_for(args.target, args.db)
     memory = parse_size(args.device_memory) if args.device_memory else None
-    if args.alloc_conf is None:
+    if args.alloc_conf is None and not changes:
         if args.out:
-            raise UsageError("--out goes with --alloc-conf (free-run)")
+            raise UsageError("--out goes with a free-run (--alloc-conf, --scale, --bucket or --paged-kv)")
         # the device's size bounds expandable reservations; a single request larger than it is a certain OOM
         result = follow(analysis, device_total=memory)
         if not any(d.alloc_events for d in result.devices):
             raise NothingToSimulate(nothing_to_follow(analysis))
         print(json.dumps(result.as_dict()) if args.json else follow_text(analysis, result))
         return 0
-    # refuses (NothingToSimulate) when no device has a workload
-    result = what_if(analysis, args.alloc_conf, memory)
+    # refuses (NothingToSimulate) when no device has a workload, or no device has what a code change touches
+    result = what_if(analysis, args.alloc_conf, memory, changes)
     if args.out:
         import pickle
 
         with open(args.out, "wb") as fh:
-            pickle.dump(simulated_snapshot(analysis, args.alloc_conf, memory), fh, protocol=4)
-    print(json.dumps(result.as_dict()) if args.json else what_if_text(analysis, args.alloc_conf, result))
+            pickle.dump(simulated_snapshot(analysis, args.alloc_conf, memory, changes), fh, protocol=4)
+    print(json.dumps(result.as_dict()) if args.json else
+          what_if_text(analysis, args.alloc_conf, result, changes_label(changes)))
     return 0
+
+
+def code_changes(args: argparse.Namespace) -> list:
+    """`simulate`'s code what-ifs, in the order scale, bucket, paged KV."""
+    from fragviz.simulate.reshape import parse_bucket, parse_paged_kv, parse_scale
+
+    changes = [parse_scale(t) for t in args.scale] + [parse_bucket(t) for t in args.bucket]
+    return changes + ([parse_paged_kv(args.paged_kv)] if args.paged_kv else [])
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

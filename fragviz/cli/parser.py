@@ -8,6 +8,7 @@ from fragviz.base.settings import SETTINGS
 from fragviz.cli.gate import cmd_gate
 from fragviz.cli.explain import cmd_doctor, cmd_export, cmd_report, cmd_simulate
 from fragviz.cli.ingest import cmd_ingest
+from fragviz.cli.predict import add_predict
 from fragviz.cli.serve import cmd_limits, cmd_serve
 from fragviz.cli.workload import cmd_attach, cmd_capture, cmd_run
 from fragviz.live.protocol import DEFAULT_RUN_PORT
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_simulate(sub, db_help)
     _add_doctor(sub, db_help)
     _add_gate(sub, db_help)
+    add_predict(sub, db_help)
     _add_capture(sub)
     _add_run(sub)
     _add_attach(sub, db_help)
@@ -97,7 +99,16 @@ def _add_simulate(sub: argparse._SubParsersAction, db_help: str) -> None:
     sim.add_argument("--device-memory", metavar="SIZE", help="the device's memory, e.g. 80GiB: the device size for "
                      "free-run (default: what the trace's OOMs tell, else unlimited); in follow mode it bounds "
                      "expandable segments' reservations (1.125 x it)")
-    sim.add_argument("--out", metavar="FILE", help="with --alloc-conf: write the simulated run as a snapshot")
+    sim.add_argument("--scale", action="append", default=[], metavar="TARGET=FACTOR",
+                     help="code what-if: the allocations of a kind (activations, kv_cache, ...) or a site (text of a "
+                     "frame: file.py:LINE or file.py:function) at FACTOR times their size; repeatable")
+    sim.add_argument("--bucket", action="append", default=[], metavar="TARGET:K",
+                     help="code what-if: each site of TARGET pads its sizes up to K steps between its smallest and "
+                     "largest (as padding sequence lengths to K buckets would); repeatable")
+    sim.add_argument("--paged-kv", metavar="[TARGET=]SIZE", help="code what-if: the KV cache (or TARGET's "
+                     "allocations) served from fixed pages of SIZE, as vLLM does, e.g. 2MiB")
+    sim.add_argument("--out", metavar="FILE", help="with a free-run (--alloc-conf or a code what-if): write the "
+                     "simulated run as a snapshot")
     sim.add_argument("--json", action="store_true", help="print one JSON object")
     sim.set_defaults(run=cmd_simulate)
 

@@ -8,7 +8,7 @@ itself, from the state rebuilt at the start of the trace.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from fragviz.allocator.blocks import Block
 from fragviz.allocator.config import AllocatorSettings
@@ -35,6 +35,17 @@ class Op:
     pending: bool = False
 
 
+@dataclass(frozen=True)
+class PeakState:
+    """A run's state of most reserved bytes (at its fullest): after `state` - 1 events, its bytes and fragmentation
+    (non-releasable / reserved bytes, fragviz.model.metrics)."""
+
+    state: int
+    reserved_bytes: int
+    allocated_bytes: int
+    fragmentation: float
+
+
 @dataclass
 class FreeRunResult:
     device: int
@@ -44,6 +55,7 @@ class FreeRunResult:
     ooms: list[OomAt] = field(default_factory=list)  # the first MAX_OOMS
     oom_count: int = 0
     series: RunSeries | None = None  # with free_run(series_points=...): what a what-if draws
+    peak: PeakState | None = None  # the state of most reserved bytes, at its fullest
 
     def figures(self) -> RunFigures:
         """The run's peaks, final fragmentation and OOMs."""
@@ -117,33 +129,49 @@ def recorded_device_allocations(trace: Trace) -> dict[int, list[tuple[int, int]]
 
 def free_run(trace: Trace, start: list[Segment], settings: AllocatorSettings, capacity: int | None,
              reserved: list[int] | None = None, record: bool = False,
-             progress: Callable[[int, int], None] | None = None, series_points: int | None = None) -> FreeRunResult:
+             progress: Callable[[int, int], None] | None = None, series_points: int | None = None,
+             reshape: Callable[[Iterator[Op]], Iterable[Op]] | None = None) -> FreeRunResult:
     """Replay the workload of `trace` from the `start` state under `settings` on a device of `capacity` bytes.
 
     `reserved` is the recorded reserved bytes after each event (the replay's series), used to read the trace.
     With `series_points`, the result's `series` holds reserved bytes and fragmentation after every event, in at
-    most that many buckets.
+    most that many buckets. `reshape` changes the workload before it runs (a code what-if, simulate.reshape); the
+    recorded driver's addresses are then no guide and are not used.
     """
-    alloc = DeviceAllocator(settings, capacity, trace.device, record=record)
-    alloc.reservations = ReservationPlan.infer(trace, start)  # where the recorded driver put them
+    ops = workload(trace, reserved, capacity)
+    hints = recorded_device_allocations(trace) if reshape is None else {}
+    return run_workload(reshape(ops) if reshape is not None else ops, len(trace), start, settings, capacity,
+                        trace.device, ReservationPlan.infer(trace, start), hints, record, progress, series_points)
+
+
+def run_workload(ops: Iterable[Op], events: int, start: list[Segment], settings: AllocatorSettings,
+                 capacity: int | None, device: int = 0, reservations: ReservationPlan | None = None,
+                 hints: dict[int, list[tuple[int, int]]] | None = None, record: bool = False,
+                 progress: Callable[[int, int], None] | None = None,
+                 series_points: int | None = None) -> FreeRunResult:
+    """Run a workload (`workload`'s ops, or a predicted one: fragviz.predict) of `events` events from `start`."""
+    alloc = DeviceAllocator(settings, capacity, device, record=record)
+    if reservations is not None:
+        alloc.reservations = reservations  # where the recorded driver put them
     load_segments(alloc, start)
-    alloc.address_hints = recorded_device_allocations(trace)
-    result = FreeRunResult(trace.device, settings, capacity, alloc)
+    alloc.address_hints = hints or {}
+    result = FreeRunResult(device, settings, capacity, alloc)
     live: dict[Any, Block] = {(b.addr, 0): b for b in alloc.active.values()}
-    n = len(trace)
+    peak = _PeakWatch(alloc)
     if series_points:
-        result.series = RunSeries(n, series_points)
+        result.series = RunSeries(events, series_points)
         result.series.observe(0, alloc)
-    for count, op in enumerate(workload(trace, reserved, capacity)):
+    for count, op in enumerate(ops):
         alloc.event = op.event
         if progress is not None and count % 5000 == 0:
-            progress(op.event, n)
+            progress(op.event, events)
         if op.kind == "alloc":
             block = alloc.malloc(op.size, op.stream, op.stack)
             if block is None:
                 _note_oom(result, op)
             else:
                 live[op.key] = block
+                peak.observe(op.event + 1)
         elif op.kind == "free":
             block = live.get(op.key)
             if block is not None and block.allocated:
@@ -160,7 +188,27 @@ def free_run(trace: Trace, start: list[Segment], settings: AllocatorSettings, ca
             _retry_recorded_oom(alloc, result, op)
         if result.series is not None:
             result.series.observe(op.event + 1, alloc)
+    result.peak = peak.state()
     return result
+
+
+class _PeakWatch:
+    """The state of most reserved bytes at its fullest (the first with the most allocated bytes among those with
+    the most reserved), as fragviz.gate.figures reads a recorded run's peak, and its fragmentation."""
+
+    def __init__(self, alloc: DeviceAllocator) -> None:
+        self.alloc = alloc
+        self.reserved, self.allocated, self.at = alloc.reserved, alloc.active_bytes, 0
+        self.fragmentation = fragmentation(alloc.non_releasable_bytes(), alloc.reserved)
+
+    def observe(self, state: int) -> None:
+        a = self.alloc
+        if a.reserved > self.reserved or (a.reserved == self.reserved and a.active_bytes > self.allocated):
+            self.reserved, self.allocated, self.at = a.reserved, a.active_bytes, state
+            self.fragmentation = fragmentation(a.non_releasable_bytes(), a.reserved)
+
+    def state(self) -> PeakState:
+        return PeakState(self.at, self.reserved, self.allocated, self.fragmentation)
 
 
 def _retry_recorded_oom(alloc: DeviceAllocator, result: FreeRunResult, op: Op) -> None:

@@ -106,6 +106,8 @@ class DeviceWhatIf:
     claim: str | None = None
     certain_oom: CertainOom | None = None
     series: Timeline | None = field(default=None, compare=False, repr=False)
+    changes: tuple[dict[str, Any], ...] = ()  # code what-ifs (simulate.reshape): each change and what it touched
+    alloc_conf: str | None = None  # with changes: the settings part of the label (None: the recorded settings)
 
     @property
     def status(self) -> str:
@@ -118,7 +120,10 @@ class DeviceWhatIf:
 
     def as_dict(self) -> dict[str, Any]:
         """The device's object in `fragviz simulate --alloc-conf CONF --json`."""
-        head = {"device": self.device, "mode": "free-run", "status": self.status, "alloc_conf": self.label}
+        head = {"device": self.device, "mode": "free-run", "status": self.status,
+                "alloc_conf": self.alloc_conf if self.changes else self.label}
+        if self.changes:
+            head["changes"] = list(self.changes)
         certain = {"certain_oom": self.certain_oom.as_dict() if self.certain_oom else None}
         if self.reason is not None:
             return {**head, "reason": self.reason, **certain}

@@ -82,8 +82,11 @@ def device_what_if_lines(d: DeviceWhatIf) -> list[str]:
     return lines
 
 
-def what_if_text(analysis: Analysis, conf: str, result: WhatIfResult) -> str:
-    lines = [f"{analysis.snapshot.source}: free-run of the recorded workload under {conf or 'the default settings'}"]
+def what_if_text(analysis: Analysis, conf: str | None, result: WhatIfResult, changes: str = "") -> str:
+    """`changes`: the code what-ifs' label (simulate.reshape), where the workload was changed."""
+    settings = "the recorded settings" if conf is None else (conf or "the default settings")
+    workload = f"the workload with {changes}" if changes else "the recorded workload"
+    lines = [f"{analysis.snapshot.source}: free-run of {workload} under {settings}"]
     for d in result.devices:
         lines.extend(device_what_if_lines(d))
     return "\n".join(lines)

@@ -9,7 +9,8 @@ that runs out of memory too under the recorded settings.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from fragviz.base.errors import FragvizError
 from fragviz.model.metrics import state_figures
 from fragviz.model import ALLOC, OOM
 from fragviz.simulate.freerun import FreeRunResult, free_run
+from fragviz.simulate.reshape import CodeChange, Reshaper, changes_label
 from fragviz.simulate.records import (AVOIDS_OOM, CANNOT_ANSWER, NO_OOM, SIMULATED, STILL_OOMS, UNKNOWN, CertainOom,
                                       DeviceMemory, DeviceWhatIf, OomAt, RunFigures, StartState, WhatIfResult)
 from fragviz.base.units import format_bytes as fb
@@ -27,7 +29,7 @@ from fragviz.base.units import format_bytes as fb
 __all__ = ["AVOIDS_OOM", "CANNOT_ANSWER", "NO_OOM", "SIMULATED", "STILL_OOMS", "UNKNOWN", "DeviceMemory",
            "DeviceWhatIf", "NothingToSimulate", "WhatIfResult", "certain_oom", "device_memory", "judge",
            "nothing_to_follow", "nothing_to_simulate", "recorded_capacity", "recorded_run", "refusal", "refusal_for",
-           "run_free", "simulate_device", "simulated_snapshot", "start_state", "what_if"]
+           "reshaper", "run_free", "simulate_device", "simulated_snapshot", "start_state", "what_if", "what_if_label"]
 Progress = Callable[[float], None]  # the share of the work done, 0 to 1
 
 
@@ -70,10 +72,18 @@ def refusal_for(device: int, events: int, allocs: int) -> str | None:
 
 
 def run_free(analysis: Analysis, device: int, settings: AllocatorSettings, capacity: int | None,
-             record: bool = False, progress=None, series_points: int | None = None) -> FreeRunResult:
+             record: bool = False, progress=None, series_points: int | None = None,
+             reshape: Reshaper | None = None) -> FreeRunResult:
     replay = analysis.replays[device]
     return free_run(replay.trace, replay.segments_at(0), settings, capacity, replay.series["reserved"].tolist(),
-                    record=record, progress=progress, series_points=series_points)
+                    record=record, progress=progress, series_points=series_points, reshape=reshape)
+
+
+def reshaper(analysis: Analysis, device: int, changes: Sequence[CodeChange]) -> Reshaper | None:
+    """The code changes as they apply to the device's trace (None: no change asked for)."""
+    if not changes:
+        return None
+    return Reshaper(analysis.replays[device].trace, analysis.snapshot.stack_frames, changes)
 
 
 def recorded_run(analysis: Analysis, device: int, memory: DeviceMemory) -> RunFigures:
@@ -132,10 +142,12 @@ def judge(label: str, recorded: RunFigures, baseline: RunFigures, given: RunFigu
 
 def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, AllocatorSettings]],
                     given_memory: int | None = None, series_points: int | None = None,
-                    progress: Progress | None = None) -> list[DeviceWhatIf]:
-    """Each of `runs` (label, settings) on one device, next to the recording and the recorded settings' run; with
+                    progress: Progress | None = None, changes: Sequence[CodeChange] = ()) -> list[DeviceWhatIf]:
+    """Each of `runs` (label, settings) on one device, next to the recording and the recorded settings' run on the
+    recorded workload; with `changes` (code what-ifs, simulate.reshape), the runs' workload changed so. With
     `series_points`, each result's `series` holds its run's figures to draw."""
-    reason = refusal(analysis, device)
+    shaped = reshaper(analysis, device, changes) if refusal(analysis, device) is None else None
+    reason = refusal(analysis, device) or (shaped.refusal(device) if shaped is not None else None)
     if reason is not None:
         return [DeviceWhatIf(device, label, reason) for label, _ in runs]
     memory = device_memory(analysis, device, given_memory)
@@ -150,7 +162,7 @@ def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, Alloc
     out = []
     for i, (label, settings) in enumerate(runs, 1):
         run = run_free(analysis, device, settings, memory.bytes, progress=_part(progress, i, steps),
-                       series_points=series_points)
+                       series_points=series_points, reshape=shaped)
         given = run.figures()
         outcome, claim = judge(label, recorded, base, given, memory)
         out.append(DeviceWhatIf(device, label, None, given, base, recorded, start, memory, outcome, claim, certain,
@@ -177,16 +189,35 @@ def _part(progress: Progress | None, i: int, steps: int):
     return lambda done, total: progress((i + done / max(1, total)) / steps)
 
 
-def what_if(analysis: Analysis, conf: str, device_memory: int | None = None) -> WhatIfResult:
-    """Free-run every device under `conf`, next to the recording (`--alloc-conf`).
+def what_if(analysis: Analysis, conf: str | None, device_memory: int | None = None,
+            changes: Sequence[CodeChange] = ()) -> WhatIfResult:
+    """Free-run every device under `conf` (None: the recorded settings), its workload changed by `changes` (code
+    what-ifs), next to the recording (`--alloc-conf`, `--scale`, `--bucket`, `--paged-kv`).
 
     Raises NothingToSimulate when no device has a workload (the reasons, one per device, in one line)."""
-    settings = parse_alloc_conf(conf)
+    settings = analysis.settings if conf is None else parse_alloc_conf(conf)
+    label = what_if_label(conf, changes)
     results = [r for device in analysis.replays
-               for r in simulate_device(analysis, device, [(conf, settings)], device_memory)]
+               for r in simulate_device(analysis, device, [(label, settings)], device_memory, changes=changes)]
+    if changes:
+        results = [replace(r, alloc_conf=conf, changes=_effects(analysis, r.device, changes)) for r in results]
     if all(r.reason is not None for r in results):
         raise NothingToSimulate(nothing_to_simulate(analysis, results))
     return WhatIfResult(tuple(results))
+
+
+def _effects(analysis: Analysis, device: int, changes: Sequence[CodeChange]) -> tuple[dict[str, Any], ...]:
+    if refusal(analysis, device) is not None:
+        return tuple({"change": c.how, "target": c.target, "label": c.label} for c in changes)
+    return reshaper(analysis, device, changes).effects()
+
+
+def what_if_label(conf: str | None, changes: Sequence[CodeChange] = ()) -> str:
+    """What a what-if is called: its settings (as given, or the recorded ones) and its code changes."""
+    settings = "the recorded settings" if conf is None else (conf or "the default settings")
+    if not changes:
+        return settings
+    return changes_label(changes) + ("" if conf is None else f", under {settings}")
 
 
 def nothing_to_simulate(analysis: Analysis, results: list[DeviceWhatIf]) -> str:
@@ -195,17 +226,21 @@ def nothing_to_simulate(analysis: Analysis, results: list[DeviceWhatIf]) -> str:
     return f"{analysis.snapshot.source}: cannot simulate: " + "; ".join(r.reason for r in results)
 
 
-def simulated_snapshot(analysis: Analysis, conf: str, device_memory: int | None = None) -> dict[str, Any]:
-    """The free-run under `conf` as a snapshot in PyTorch's format, marked as simulated."""
-    settings = parse_alloc_conf(conf)
+def simulated_snapshot(analysis: Analysis, conf: str | None, device_memory: int | None = None,
+                       changes: Sequence[CodeChange] = ()) -> dict[str, Any]:
+    """The free-run under `conf` (None: the recorded settings), its workload changed by `changes`, as a snapshot
+    in PyTorch's format, marked as simulated."""
+    settings = analysis.settings if conf is None else parse_alloc_conf(conf)
     allocators = []
     for device in analysis.replays:
         if refusal(analysis, device) is None:
             capacity = device_memory if device_memory is not None else recorded_capacity(analysis, device)
-            allocators.append(run_free(analysis, device, settings, capacity, record=True).allocator)
+            shaped = reshaper(analysis, device, changes)
+            if shaped is None or shaped.refusal(device) is None:
+                allocators.append(run_free(analysis, device, settings, capacity, record=True, reshape=shaped).allocator)
     snap = analysis.snapshot
     provenance = {"origin": "simulated", "source": snap.source, "alloc_conf": conf, "device_memory_bytes": device_memory,
-                  "mode": "free-run"}
+                  "mode": "free-run", "changes": [c.flag for c in changes]}
     return snapshot_dict(allocators, snap.frames, snap.stacks, provenance)
 
 

@@ -1,0 +1,72 @@
+"""Predictions and fit searches for a terminal."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from fragviz.base.units import format_bytes as fb
+from fragviz.predict.forecast import FitAnswer, Prediction, PredictedRun, Unmatched, as_number, settings_text
+
+SITES_SHOWN = 8
+
+
+def knob_text(knob: str, value: float) -> str:
+    return f"{knob} {as_number(value)}"
+
+
+def prediction_text(p: Prediction) -> str:
+    at = ", ".join(str(as_number(k)) for k in p.knobs)
+    lines = [f"predicted at {knob_text(p.knob, p.target)} from the runs at {p.knob} {at} "
+             f"({', '.join(p.sources)}), device {p.device}",
+             f"  matched {p.matched_allocations} of {p.template_allocations} allocations; laws: "
+             + ", ".join(f"{n} {law}" for law, n in p.law_counts.items() if n)]
+    lines.extend(unmatched_lines(p.unmatched))
+    for run in p.runs:
+        lines.extend(run_lines(run))
+    lines.append(f"  sites by predicted bytes (allocated over the run):")
+    for s in p.sites[:SITES_SHOWN]:
+        recorded = " → ".join(fb(b) for b in s.recorded_bytes)
+        lines.append(f"    {s.site}: {s.law} ({recorded} → {fb(s.predicted_bytes)})")
+    return "\n".join(lines)
+
+
+def unmatched_lines(u: Unmatched) -> list[str]:
+    if not u.allocations:
+        return ["  every allocation matched between the recordings"]
+    lines = [f"  unmatched: {u.allocations} allocations, {fb(u.bytes)} ({u.share:.1%} of the recorded bytes); "
+             "those of the run predicted from keep their recorded size"]
+    lines.extend(f"    {fb(s.bytes)} in {s.allocations} at {s.site} (only in the run at {as_number(s.knob)})"
+                 for s in u.sites[:3])
+    return lines
+
+
+def run_lines(run: PredictedRun) -> list[str]:
+    settings = settings_text(run.alloc_conf)
+    lines = [f"  under {settings}: peak requested {fb(run.peak_requested_bytes)}, peak allocated "
+             f"{fb(run.peak_allocated_bytes)}, peak reserved {fb(run.peak_reserved_bytes)}, fragmentation at the "
+             f"peak {run.fragmentation:.1%}"]
+    if run.device_memory_bytes is None:
+        lines.append("    device size not given (--device-memory SIZE): whether it runs out of memory is not asked")
+    elif run.oom is None:
+        lines.append(f"    fits a device of {fb(run.device_memory_bytes)}: no OOM")
+    else:
+        o = run.oom
+        lines.append(f"    runs out of memory on {fb(run.device_memory_bytes)}: {fb(o.requested_bytes)} requested at "
+                     f"{o.site} (event {o.event} of the run predicted from), with {fb(o.reserved_bytes)} reserved "
+                     f"and the largest free block {fb(o.largest_free_block)}")
+    return lines
+
+
+def fit_text(knob: str, answers: Sequence[FitAnswer], p: Prediction | None = None) -> str:
+    lines = []
+    for a in answers:
+        settings = settings_text(a.alloc_conf)
+        if a.largest is None:
+            lines.append(f"under {settings}: not even {knob} 1 fits {fb(a.device_memory_bytes)}")
+        elif a.first_failing is None:
+            lines.append(f"under {settings}: every {knob} up to {a.largest} fits {fb(a.device_memory_bytes)}")
+        else:
+            o = a.failing_run.oom
+            lines.append(f"under {settings}: the largest {knob} that fits {fb(a.device_memory_bytes)} is {a.largest} "
+                         f"(peak reserved {fb(a.run.peak_reserved_bytes)}); at {a.first_failing} it runs out of "
+                         f"memory: {fb(o.requested_bytes)} at {o.site}")
+    return "\n".join(lines)

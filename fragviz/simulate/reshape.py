@@ -1,0 +1,197 @@
+"""Code what-ifs: the recorded workload changed as a code change would change it, before it is free-run.
+
+- `--scale TARGET=FACTOR`: every allocation of TARGET is FACTOR times its recorded size (a wider layer, a longer
+  sequence, half-precision activations at 0.5).
+- `--bucket TARGET:K`: the sizes each allocation site of TARGET requests are padded up to K steps between the
+  smallest and the largest it requested, as padding variable sequence lengths to K buckets would: freed blocks
+  then fit the next requests.
+- `--paged-kv [TARGET=]SIZE`: every KV cache allocation (or TARGET's) becomes whole pages of SIZE bytes, each
+  living as long as the allocation did, as vLLM serves its cache from fixed-size pages.
+
+TARGET is a kind of memory (fragviz.usage.kinds: activations, kv_cache, ...) or a site: text found in one frame of
+the allocation's stack, as "file.py:LINE" or "file.py:function". Only allocations made during the trace change:
+blocks live when it started are part of the start state. A change that touches no allocation is refused with the
+reason, never simulated as if it had changed something.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from fragviz.base.errors import UsageError
+from fragviz.base.units import format_bytes, parse_size
+from fragviz.model import ALLOC, Frame, Trace
+from fragviz.simulate.freerun import Op
+from fragviz.usage.kinds import KIND_LABELS, KINDS, StackKinds
+
+SCALE, BUCKET, PAGED_KV = "scale", "bucket", "paged_kv"
+KV_CACHE = "kv_cache"
+MAX_FACTOR, MAX_STEPS = 1000.0, 1 << 20
+
+
+@dataclass(frozen=True)
+class CodeChange:
+    """One change to the workload: `how` (scale, bucket, paged_kv), what it applies to (a kind or a site) and by
+    how much (the factor, the number of steps, or the page's bytes)."""
+
+    how: str
+    target: str
+    factor: float = 1.0
+    steps: int = 0
+    page_bytes: int = 0
+
+    @property
+    def is_kind(self) -> bool:
+        return self.target in KINDS
+
+    @property
+    def target_text(self) -> str:
+        return KIND_LABELS[self.target] if self.is_kind else f"site '{self.target}'"
+
+    @property
+    def label(self) -> str:
+        if self.how == SCALE:
+            return f"{self.target_text} ×{self.factor:g}"
+        if self.how == BUCKET:
+            return f"{self.target_text} in {self.steps} size buckets"
+        return f"{self.target_text} in {format_bytes(self.page_bytes)} pages"
+
+    @property
+    def flag(self) -> str:
+        """The command-line option that asks for it."""
+        if self.how == SCALE:
+            return f"--scale {self.target}={self.factor:g}"
+        if self.how == BUCKET:
+            return f"--bucket {self.target}:{self.steps}"
+        target = "" if self.target == KV_CACHE else f"{self.target}="
+        return f"--paged-kv {target}{self.page_bytes}B"
+
+
+def parse_scale(text: str) -> CodeChange:
+    """'activations=1.5' or 'model.py:forward=0.5'."""
+    target, sep, factor = text.rpartition("=")
+    if not sep or not target.strip():
+        raise UsageError(f"--scale '{text[:80]}': write TARGET=FACTOR (a kind or a site, then a factor), "
+                         "e.g. activations=1.5")
+    try:
+        value = float(factor)
+    except ValueError:
+        value = math.nan
+    if not (0 < value <= MAX_FACTOR):
+        raise UsageError(f"--scale '{text[:80]}': the factor must be a number above 0 and at most {MAX_FACTOR:g}")
+    return CodeChange(SCALE, target.strip(), factor=value)
+
+
+def parse_bucket(text: str) -> CodeChange:
+    """'activations:8' or 'model.py:forward:8'."""
+    target, sep, steps = text.rpartition(":")
+    if not sep or not target.strip() or not steps.strip().isdigit() or not 1 <= int(steps) <= MAX_STEPS:
+        raise UsageError(f"--bucket '{text[:80]}': write TARGET:K (a kind or a site, then 1 to {MAX_STEPS} size "
+                         "steps), e.g. activations:8")
+    return CodeChange(BUCKET, target.strip(), steps=int(steps))
+
+
+def parse_paged_kv(text: str) -> CodeChange:
+    """'2MiB': the KV cache served from pages of 2 MiB; 'cache.py:append=2MiB': the allocations of that site."""
+    target, _, size = text.rpartition("=")
+    page = parse_size(size)
+    if page < 512:
+        raise UsageError(f"--paged-kv '{text[:80]}': a page holds at least 512 bytes (the allocator's rounding)")
+    return CodeChange(PAGED_KV, target.strip() or KV_CACHE, page_bytes=page)
+
+
+def changes_label(changes: Sequence[CodeChange]) -> str:
+    return ", ".join(c.label for c in changes)
+
+
+class Reshaper:
+    """The code changes applied to one device's workload (free_run's `reshape`), as they select its allocations.
+
+    `selected[i]` holds, for each change, which of the trace's stacks it applies to; `refusal()` says why the
+    changes cannot be simulated (one touches no allocation of the trace)."""
+
+    def __init__(self, trace: Trace, frames_of: Callable[[int], Sequence[Frame]],
+                 changes: Sequence[CodeChange]) -> None:
+        self.changes = tuple(changes)
+        allocs = trace.action == ALLOC
+        self._stacks, self._sizes = trace.stack[allocs], trace.size[allocs]
+        kind_of = StackKinds(frames_of)
+        stacks = np.unique(self._stacks).tolist()
+        self._chosen = [{s for s in stacks if _applies(c, s, kind_of, frames_of)} for c in self.changes]
+        self._edges = [self._bucket_edges(c, chosen) if c.how == BUCKET else {}
+                       for c, chosen in zip(self.changes, self._chosen)]
+
+    def touched(self, i: int) -> tuple[int, int]:
+        """How many of the trace's allocations change `i` applies to, and their recorded bytes."""
+        mask = np.isin(self._stacks, list(self._chosen[i]))
+        return int(mask.sum()), int(self._sizes[mask].sum())
+
+    def effects(self) -> tuple[dict[str, object], ...]:
+        """Each change and what it touched, as `fragviz simulate --json` gives them."""
+        out = []
+        for i, c in enumerate(self.changes):
+            count, nbytes = self.touched(i)
+            out.append({"change": c.how, "target": c.target, "factor": c.factor if c.how == SCALE else None,
+                        "steps": c.steps or None, "page_bytes": c.page_bytes or None, "label": c.label,
+                        "allocations": count, "recorded_bytes": nbytes})
+        return tuple(out)
+
+    def refusal(self, device: int) -> str | None:
+        for i, change in enumerate(self.changes):
+            if not self.touched(i)[0]:
+                how = (" (claim your cache's frames with a [kinds] kv_cache pattern in fragviz.toml, or name its "
+                       "site: --paged-kv FILE.py:LINE=SIZE)" if change.target == KV_CACHE else "")
+                return (f"{change.label}: device {device}'s trace holds no allocation of {change.target_text} by "
+                        f"fragviz's kind rules and the recorded stacks, so there is nothing to change{how}")
+        return None
+
+    def _bucket_edges(self, change: CodeChange, chosen: set[int]) -> dict[int, np.ndarray]:
+        edges = {}
+        for stack in chosen:
+            sizes = self._sizes[self._stacks == stack]
+            lo, hi = int(sizes.min()), int(sizes.max())
+            if lo < hi:
+                steps = np.arange(1, change.steps + 1, dtype=np.int64)
+                edges[stack] = np.unique(lo + -(-(hi - lo) * steps // change.steps))
+        return edges
+
+    def __call__(self, ops: Iterator[Op]) -> Iterator[Op]:
+        pages: dict[object, int] = {}  # a paged allocation's key: its number of pages
+        for op in ops:
+            if op.kind == "alloc":
+                yield from self._allocs(op, pages)
+                continue
+            n = pages.get(op.key, 0)
+            if not n:
+                yield op
+                continue
+            if op.kind == "complete" or (op.kind == "free" and not op.pending):
+                del pages[op.key]
+            yield from (Op(op.kind, op.event, (op.key, k), pending=op.pending) for k in range(n))
+
+    def _allocs(self, op: Op, pages: dict[object, int]) -> Iterable[Op]:
+        size = op.size
+        for change, chosen, edges in zip(self.changes, self._chosen, self._edges):
+            if op.stack not in chosen:
+                continue
+            if change.how == SCALE:
+                size = max(1, math.ceil(size * change.factor))
+            elif change.how == BUCKET and op.stack in edges and size <= edges[op.stack][-1]:
+                size = int(edges[op.stack][np.searchsorted(edges[op.stack], size)])  # the step at or above it
+            elif change.how == PAGED_KV:
+                n = -(-size // change.page_bytes)
+                pages[op.key] = n
+                return [Op("alloc", op.event, (op.key, k), change.page_bytes, op.stream, op.stack) for k in range(n)]
+        return [Op("alloc", op.event, op.key, size, op.stream, op.stack)]
+
+
+def _applies(change: CodeChange, stack: int, kind_of: StackKinds, frames_of) -> bool:
+    if change.is_kind:
+        return kind_of(stack) == change.target
+    if stack < 0:
+        return False
+    return any(change.target in f"{f.filename}:{f.line}" or change.target in f"{f.filename}:{f.name}"
+               for f in frames_of(stack))
