@@ -22,7 +22,7 @@ def prediction_text(p: Prediction) -> str:
     lines.extend(unmatched_lines(p.unmatched))
     for run in p.runs:
         lines.extend(run_lines(run))
-    lines.append(f"  sites by predicted bytes (allocated over the run):")
+    lines.append("  sites by predicted bytes (allocated over the run):")
     for s in p.sites[:SITES_SHOWN]:
         recorded = " → ".join(fb(b) for b in s.recorded_bytes)
         lines.append(f"    {s.site}: {s.law} ({recorded} → {fb(s.predicted_bytes)})")

@@ -33,6 +33,7 @@ RANKS = {
     "replay": 4,  # past states rebuilt from the trace; the analysis of a snapshot
     "simulate": 5,  # the allocator model put to work on a trace: follow, free-run, what-if
     "doctor": 6,  # verdicts on OOMs and the report
+    "predict": 6,  # a bigger run predicted from smaller recordings (`fragviz predict`)
     "library": 7,  # the store and the replay together: ingest, stored snapshots, export
     "jobs": 8,  # many ranks of one job
     "live": 8,  # the agent in the job and the poller beside the store
