@@ -88,7 +88,7 @@ def parse_scale(text: str) -> CodeChange:
 def parse_bucket(text: str) -> CodeChange:
     """'activations:8' or 'model.py:forward:8'."""
     target, sep, steps = text.rpartition(":")
-    if not sep or not target.strip() or not steps.strip().isdigit() or not 1 <= int(steps) <= MAX_STEPS:
+    if not sep or not target.strip() or not steps.strip().isdecimal() or not 1 <= int(steps) <= MAX_STEPS:
         raise UsageError(f"--bucket '{text[:80]}': write TARGET:K (a kind or a site, then 1 to {MAX_STEPS} size "
                          "steps), e.g. activations:8")
     return CodeChange(BUCKET, target.strip(), steps=int(steps))
@@ -121,8 +121,7 @@ class Reshaper:
         kind_of = StackKinds(frames_of)
         stacks = np.unique(self._stacks).tolist()
         self._chosen = [{s for s in stacks if _applies(c, s, kind_of, frames_of)} for c in self.changes]
-        self._edges = [self._bucket_edges(c, chosen) if c.how == BUCKET else {}
-                       for c, chosen in zip(self.changes, self._chosen)]
+        self._edges = [self._bucket_edges(i) if c.how == BUCKET else {} for i, c in enumerate(self.changes)]
 
     def touched(self, i: int) -> tuple[int, int]:
         """How many of the trace's allocations change `i` applies to, and their recorded bytes."""
@@ -148,10 +147,15 @@ class Reshaper:
                         f"fragviz's kind rules and the recorded stacks, so there is nothing to change{how}")
         return None
 
-    def _bucket_edges(self, change: CodeChange, chosen: set[int]) -> dict[int, np.ndarray]:
-        edges = {}
-        for stack in chosen:
+    def _bucket_edges(self, i: int) -> dict[int, np.ndarray]:
+        """Change i's K steps for each site it buckets, between the smallest and largest size the site requests
+        once the changes before it (a scale) have applied."""
+        change, edges = self.changes[i], {}
+        for stack in self._chosen[i]:
             sizes = self._sizes[self._stacks == stack]
+            for before, chosen in zip(self.changes[:i], self._chosen[:i]):
+                if before.how == SCALE and stack in chosen:
+                    sizes = np.maximum(1, np.ceil(sizes * before.factor)).astype(np.int64)
             lo, hi = int(sizes.min()), int(sizes.max())
             if lo < hi:
                 steps = np.arange(1, change.steps + 1, dtype=np.int64)
