@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from fragviz.base.errors import UsageError
@@ -19,16 +20,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
     memory = parse_size(args.device_memory) if args.device_memory else None
     fit_memory = parse_size(args.fit) if args.fit else None
     confs = [(c, parse_alloc_conf(c)) for c in args.alloc_conf]  # a bad setting fails before the files are read
-    analyses = [analysis_for(r, args.db) for r in args.recordings]
-    device = traced_device(analyses[-1], args.device)
-    workloads = [recorded_workload(a, device) for a in analyses]
+    say = _say(args.json)
+    analyses = []
+    for n, recording in enumerate(args.recordings, 1):
+        say(f"reading {recording} ({n} of {len(args.recordings)})")
+        analyses.append(analysis_for(recording, args.db))
+    workloads = [recorded_workload(a, traced_device(a, args.device)) for a in analyses]
     settings = confs or [(None, analyses[-1].settings)]
+    say("matching the recordings and fitting the laws")
     fitted = plan(workloads, knobs, args.to, args.max_unmatched)
-    prediction = predict(fitted, args.to, settings, memory, args.knob) if args.to is not None else None
-    answers = []
-    if fit_memory is not None:
-        say = (lambda text: print(f"fit: {text}", file=sys.stderr)) if not args.json else None
-        answers = [fit_search(fitted, conf, s, fit_memory, say) for conf, s in settings]
+    prediction = None
+    if args.to is not None:
+        say(f"simulating {args.knob} {args.to:g} under {len(settings)} setting(s)")
+        prediction = predict(fitted, args.to, settings, memory, args.knob)
+    answers = [fit_search(fitted, conf, s, fit_memory, say) for conf, s in settings] if fit_memory else []
     if args.json:
         out = prediction.as_dict() if prediction else {}
         if answers:
@@ -42,6 +47,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say(quiet: bool):
+    """Progress on stderr, one line per step (none with --json: a script reads stdout alone either way)."""
+    if quiet:
+        return lambda _text: None
+    return lambda text: print(f"predict: {text}", file=sys.stderr, flush=True)
+
+
 def _knobs(args: argparse.Namespace) -> list[float]:
     if len(args.recordings) < 2:
         raise UsageError("predict needs two recordings or more (the same program at two sizes of one knob)")
@@ -50,8 +62,8 @@ def _knobs(args: argparse.Namespace) -> list[float]:
                          "per recording, in their order")
     if len(set(args.sizes)) != len(args.sizes):
         raise UsageError("--sizes: each recording must be at a different size")
-    if any(s <= 0 for s in [*args.sizes, *([args.to] if args.to is not None else [])]):
-        raise UsageError("--sizes and --to must be above 0")
+    if any(not math.isfinite(s) or s <= 0 for s in [*args.sizes, *([args.to] if args.to is not None else [])]):
+        raise UsageError("--sizes and --to must be finite numbers above 0")
     if args.to is None and args.fit is None:
         raise UsageError("predict needs --to SIZE (the size to predict) or --fit MEMORY (the largest size that fits)")
     if not 0 <= args.max_unmatched <= 1:
