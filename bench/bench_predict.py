@@ -5,7 +5,8 @@ requested within 5 % and peak reserved within 10 % of what was recorded, on ever
 (tests/support/predict_runs.py) are the bundled GPT-style workload captured by `fragviz capture` at three batch
 sizes and three sequence lengths, in training and in inference (tests/data/predict). Also timed: the whole
 `fragviz predict` command (Python's start included) and, as a ratio, against `fragviz report` on the largest
-recording of the series (what reading one file costs).
+recording of the series (what reading one file costs); and on bigger traces, a 200k-event synthetic snapshot and
+real CUDA files, each paired with itself.
 
     python bench/bench_predict.py [--data DIR]
 """
@@ -20,11 +21,15 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import ROOT  # noqa: E402
+from bench.common import ROOT, benchmark_snapshot  # noqa: E402
 from fragviz.base.units import format_bytes as fb  # noqa: E402
 from fragviz.replay.analysis import trace_totals  # noqa: E402
 from fragviz.replay.files import analyze_file  # noqa: E402
 from tests.support.predict_runs import DATA, SERIES  # noqa: E402
+
+
+REAL = os.path.join(os.path.dirname(ROOT), "shared", "real_snapshots")
+REAL_FILES = ("hanmin_train_19k.pickle", "cs336kk_ctx128_fullstep.pickle")
 
 
 def timed(argv: list[str]) -> tuple[float, str]:
@@ -70,6 +75,15 @@ def main() -> None:
               f"{seconds:.2f} s | {report_seconds:.2f} s | {seconds / report_seconds:.2f}x |", flush=True)
     print(f"\nworst error: peak requested {worst[0]:.2%} (target 5 %), peak reserved {worst[1]:.2%} (target 10 %): "
           f"{'met' if worst[0] <= 0.05 and worst[1] <= 0.10 else 'MISSED'}")
+    print("\nspeed on bigger traces (a file paired with itself: every allocation matched, every law constant):")
+    for path in [benchmark_snapshot(200_000), *(os.path.join(REAL, n) for n in REAL_FILES)]:
+        if not os.path.exists(path):
+            print(f"  {path}: missing")
+            continue
+        seconds, _ = timed(["predict", path, path, "--sizes", "1", "2", "--to", "4", "--json"])
+        report_seconds, _ = timed(["report", path])
+        print(f"  {os.path.basename(path)}: predict {seconds:.2f} s, report {report_seconds:.2f} s, "
+              f"ratio {seconds / report_seconds:.2f}x", flush=True)
 
 
 if __name__ == "__main__":

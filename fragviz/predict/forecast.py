@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -80,7 +80,7 @@ class Plan:
         k = 0
         for op in self.base.ops:
             if op.kind == "alloc":
-                yield replace(op, size=sizes[k])
+                yield Op("alloc", op.event, op.key, sizes[k], op.stream, op.stack)
                 k += 1
             else:
                 yield op
@@ -195,15 +195,15 @@ def run_at(p: Plan, target: float, conf: str | None, settings: AllocatorSettings
     oom = None
     if result.ooms:
         first = result.ooms[0]
-        oom = OomWhere(first.event, _site_at(base, first.event), first.requested_bytes, first.reserved_bytes,
+        oom = OomWhere(first.event, _site_at(base, first.key), first.requested_bytes, first.reserved_bytes,
                        first.largest_free_block, capacity or 0)
     return PredictedRun(conf, capacity, a.peaks.requested, a.peaks.active, a.peaks.reserved,
                         peak.fragmentation if peak else 0.0, oom, result.oom_count)
 
 
-def _site_at(base: RecordedWorkload, event: int) -> str:
+def _site_at(base: RecordedWorkload, key: Any) -> str:
     for k, i in enumerate(base.alloc_at.tolist()):
-        if base.ops[i].event == event:
+        if base.ops[i].key == key:
             return base.sites[k]
     return "(unknown site)"
 
