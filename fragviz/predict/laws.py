@@ -22,6 +22,7 @@ LAWS = (CONSTANT, LINEAR, QUADRATIC, POWER)
 EXPONENTS = {CONSTANT: 0, LINEAR: 1, QUADRATIC: 2}
 TOLERANCE = 0.01  # relative: sizes within 1 % of a law follow it (a few bytes of header or alignment)
 MAX_EXPONENT = 4.0  # a fitted power is held within [-MAX_EXPONENT, MAX_EXPONENT]
+MAX_BYTES = 1 << 62  # a predicted size is held below this: int64 holds it (beyond, the cast wraps negative)
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Laws:
         for r in np.nonzero(np.isnan(self.exponent))[0].tolist():  # a line or a parabola, nearest every recording
             degree = 1 if self.law[r] == LINEAR else 2
             predicted[r] = np.polyval(np.polyfit(knobs, self.sizes[r], degree), target)
-        return np.maximum(1, np.rint(predicted)).astype(np.int64)
+        return np.clip(np.rint(predicted), 1, MAX_BYTES).astype(np.int64)
 
 
 def fit_laws(knobs: Sequence[float], sizes: np.ndarray) -> Laws:

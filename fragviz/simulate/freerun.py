@@ -224,4 +224,4 @@ def _note_oom(result: FreeRunResult, op: Op) -> None:
     result.oom_count += 1
     if len(result.ooms) < MAX_OOMS:
         a = result.allocator
-        result.ooms.append(OomAt(op.event, op.size, a.reserved, a.largest_free_block()))
+        result.ooms.append(OomAt(op.event, op.size, a.reserved, a.largest_free_block(), op.key))

@@ -31,6 +31,7 @@ class OomAt:
     requested_bytes: int
     reserved_bytes: int
     largest_free_block: int
+    key: Any = field(default=None, compare=False)  # a free-run's: the failing request's lifetime (freerun.Op)
 
     def as_dict(self) -> dict[str, int]:
         return {"event": self.event, "requested_bytes": self.requested_bytes, "reserved_bytes": self.reserved_bytes,
