@@ -26,9 +26,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         say(f"reading {recording} ({n} of {len(args.recordings)})")
         analyses.append(analysis_for(recording, args.db))
     workloads = [recorded_workload(a, traced_device(a, args.device)) for a in analyses]
-    settings = confs or [(None, analyses[-1].settings)]
     say("matching the recordings and fitting the laws")
     fitted = plan(workloads, knobs, args.to, args.max_unmatched)
+    settings = confs or [(None, analyses[fitted.template].settings)]  # the run predicted from: its settings
     prediction = None
     if args.to is not None:
         say(f"simulating {args.knob} {args.to:g} under {len(settings)} setting(s)")

@@ -104,7 +104,9 @@ def plan(workloads: Sequence[RecordedWorkload], knobs: Sequence[float], target: 
     for c, w in enumerate(workloads):
         if c == t:
             continue
-        pairs = align(w.symbols, base.symbols, give_up_after=int(2 * max_unmatched * (len(w.sizes) + len(base.sizes))))
+        # the limit is on bytes, judged below; the match only stops early where half the allocations went
+        # unmatched (the search would only cost time there)
+        pairs = align(w.symbols, base.symbols, give_up_after=(len(w.sizes) + len(base.sizes)) // 2)
         here = np.zeros(len(base.sizes), bool)
         here[pairs[:, 1]] = True
         columns[pairs[:, 1], c] = w.sizes[pairs[:, 0]]

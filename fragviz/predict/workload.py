@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from fragviz.base.errors import FragvizError
-from fragviz.model import OOM, Frame
+from fragviz.model import OOM, BlockState, Frame, Segment
 from fragviz.replay.analysis import Analysis
 from fragviz.simulate.freerun import Op, workload
 from fragviz.simulate.whatif import recorded_capacity, refusal
@@ -59,11 +59,7 @@ def recorded_workload(analysis: Analysis, device: int) -> RecordedWorkload:
                                 "holds only part of the program: record a run that completes")
     frames_of = analysis.snapshot.stack_frames
     symbol_of = _Symbols(frames_of)
-    ops: list[Op] = []
-    for seg in replay.segments_at(0):
-        for b in seg.blocks:
-            if b.state.is_active:
-                ops.append(Op("alloc", 0, (b.address, 0), b.requested_size or b.size, seg.stream, b.stack))
+    ops = _live_at_start(replay.segments_at(0), symbol_of)
     before = len(ops)
     capacity = recorded_capacity(analysis, device)
     ops.extend(op for op in workload(trace, replay.series["reserved"].tolist(), capacity) if op.kind != "oom_request")
@@ -72,6 +68,17 @@ def recorded_workload(analysis: Analysis, device: int) -> RecordedWorkload:
     symbols = [symbol_of(ops[i].stack, i < before) for i in alloc_at.tolist()]
     sites = [symbol_of.site(ops[i].stack, i < before) for i in alloc_at.tolist()]
     return RecordedWorkload(source, device, len(trace), ops, alloc_at, sizes, symbols, sites)
+
+
+def _live_at_start(segments: Sequence[Segment], symbol_of: "_Symbols") -> list[Op]:
+    """The blocks allocated when the trace began, as allocations opening the workload. Nothing records the order
+    they were made in, so they go by site, then size, then address: the order two recordings share where the sizes
+    follow one law. Blocks already freed by the program (pending on another stream) are left out: on their way
+    out, they would otherwise stay for the whole prediction."""
+    live = [(symbol_of(b.stack, True), b.requested_size or b.size, b.address, seg.stream, b.stack)
+            for seg in segments for b in seg.blocks if b.state is BlockState.ACTIVE_ALLOCATED]
+    live.sort(key=lambda x: (repr(x[0]), x[1], x[2]))
+    return [Op("alloc", 0, (address, 0), size, stream, stack) for _, size, address, stream, stack in live]
 
 
 def traced_device(analysis: Analysis, wanted: int | None) -> int:

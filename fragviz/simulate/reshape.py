@@ -2,14 +2,14 @@
 
 - `--scale TARGET=FACTOR`: every allocation of TARGET is FACTOR times its recorded size (a wider layer, a longer
   sequence, half-precision activations at 0.5).
-- `--bucket TARGET:K`: the sizes each allocation site of TARGET requests are padded up to K steps between the
-  smallest and the largest it requested, as padding variable sequence lengths to K buckets would: freed blocks
+- `--bucket TARGET:K`: the sizes each allocation site of TARGET requests (fragviz.usage.sites) are padded up to K
+  steps between the smallest and the largest it requested, as padding variable sequence lengths to K buckets would: freed blocks
   then fit the next requests.
 - `--paged-kv [TARGET=]SIZE`: every KV cache allocation (or TARGET's) becomes whole pages of SIZE bytes, each
   living as long as the allocation did, as vLLM serves its cache from fixed-size pages.
 
-TARGET is a kind of memory (fragviz.usage.kinds: activations, kv_cache, ...) or a site: text found in one frame of
-the allocation's stack, as "file.py:LINE" or "file.py:function". Only allocations made during the trace change:
+TARGET is a kind of memory (fragviz.usage.kinds: activations, kv_cache, ...) or a site: a frame of the
+allocation's stack, named "file.py:LINE" or "file.py:function" (`frame_is`). Only allocations made during the trace change:
 blocks live when it started are part of the start state. A change that touches no allocation is refused with the
 reason, never simulated as if it had changed something.
 """
@@ -26,6 +26,7 @@ from fragviz.base.units import format_bytes, parse_size
 from fragviz.model import ALLOC, Frame, Trace
 from fragviz.simulate.freerun import Op
 from fragviz.usage.kinds import KIND_LABELS, KINDS, StackKinds
+from fragviz.usage.sites import NO_STACK_SITE, site_label
 
 SCALE, BUCKET, PAGED_KV = "scale", "bucket", "paged_kv"
 KV_CACHE = "kv_cache"
@@ -110,14 +111,15 @@ def changes_label(changes: Sequence[CodeChange]) -> str:
 class Reshaper:
     """The code changes applied to one device's workload (free_run's `reshape`), as they select its allocations.
 
-    `selected[i]` holds, for each change, which of the trace's stacks it applies to; `refusal()` says why the
-    changes cannot be simulated (one touches no allocation of the trace)."""
+    `_chosen[i]` holds the trace's stacks change i applies to; `refusal()` says why the changes cannot be simulated
+    (one touches no allocation of the trace)."""
 
     def __init__(self, trace: Trace, frames_of: Callable[[int], Sequence[Frame]],
                  changes: Sequence[CodeChange]) -> None:
         self.changes = tuple(changes)
         allocs = trace.action == ALLOC
         self._stacks, self._sizes = trace.stack[allocs], trace.size[allocs]
+        self._frames_of = frames_of
         kind_of = StackKinds(frames_of)
         stacks = np.unique(self._stacks).tolist()
         self._chosen = [{s for s in stacks if _applies(c, s, kind_of, frames_of)} for c in self.changes]
@@ -148,19 +150,29 @@ class Reshaper:
         return None
 
     def _bucket_edges(self, i: int) -> dict[int, np.ndarray]:
-        """Change i's K steps for each site it buckets, between the smallest and largest size the site requests
-        once the changes before it (a scale) have applied."""
+        """Change i's K steps, by stack, for each site it buckets (fragviz.usage.sites: one line reached from several
+        callers is one site): between the smallest and the largest size the site requests once the changes before
+        it (a scale) have applied."""
         change, edges = self.changes[i], {}
-        for stack in self._chosen[i]:
-            sizes = self._sizes[self._stacks == stack]
-            for before, chosen in zip(self.changes[:i], self._chosen[:i]):
-                if before.how == SCALE and stack in chosen:
-                    sizes = np.maximum(1, np.ceil(sizes * before.factor)).astype(np.int64)
+        by_site: dict[str, list[int]] = {}
+        for stack in sorted(self._chosen[i]):
+            site = site_label(self._frames_of(stack)) if stack >= 0 else NO_STACK_SITE
+            by_site.setdefault(site, []).append(stack)
+        for stacks in by_site.values():
+            sizes = np.concatenate([self._sizes_before(i, stack) for stack in stacks])
             lo, hi = int(sizes.min()), int(sizes.max())
             if lo < hi:
                 steps = np.arange(1, change.steps + 1, dtype=np.int64)
-                edges[stack] = np.unique(lo + -(-(hi - lo) * steps // change.steps))
+                edges.update(dict.fromkeys(stacks, np.unique(lo + -(-(hi - lo) * steps // change.steps))))
         return edges
+
+    def _sizes_before(self, i: int, stack: int) -> np.ndarray:
+        """The sizes the stack requests once the changes before change i have scaled them."""
+        sizes = self._sizes[self._stacks == stack]
+        for before, chosen in zip(self.changes[:i], self._chosen[:i]):
+            if before.how == SCALE and stack in chosen:
+                sizes = np.maximum(1, np.ceil(sizes * before.factor)).astype(np.int64)
+        return sizes
 
     def __call__(self, ops: Iterator[Op]) -> Iterator[Op]:
         pages: dict[object, int] = {}  # a paged allocation's key: its number of pages
@@ -195,7 +207,17 @@ class Reshaper:
 def _applies(change: CodeChange, stack: int, kind_of: StackKinds, frames_of) -> bool:
     if change.is_kind:
         return kind_of(stack) == change.target
-    if stack < 0:
-        return False
-    return any(change.target in f"{f.filename}:{f.line}" or change.target in f"{f.filename}:{f.name}"
-               for f in frames_of(stack))
+    return stack >= 0 and any(frame_is(change.target, f) for f in frames_of(stack))
+
+
+def frame_is(target: str, frame: Frame) -> bool:
+    """Whether a site target names the frame: "FILE:LINE" or "FILE:FUNCTION", where FILE is the frame's file or
+    the end of its path ("gpt.py" names "workloads/gpt.py", not "mygpt.py"); a bare "FILE" names every frame of
+    the file."""
+    path, sep, rest = target.rpartition(":")
+    if not sep or not path:
+        path, rest = target, ""
+    named = frame.filename == path or frame.filename.endswith("/" + path)
+    if not named or not rest:
+        return named
+    return frame.line == int(rest) if rest.isdecimal() else frame.name == rest

@@ -304,10 +304,14 @@ def test_scale_of_a_site_against_the_trace(train_trace):
         train_trace, lambda e: math.ceil(e["size"] * 2) if at_site(e, "gpt.py:45") else e["size"])
 
 
-def test_bucket_pads_each_stack_s_sizes_against_the_trace(train_trace):
+def test_bucket_pads_each_site_s_sizes_against_the_trace(train_trace):
     d = simulated(TRAIN, "--bucket", "gpt.py:forward:4", "--alloc-conf", "expandable_segments:True")
     assert d["alloc_conf"] == "expandable_segments:True" and d["settings"]["expandable_segments"] is True
-    stack = lambda e: tuple((f["filename"], f["line"], f["name"]) for f in e.get("frames", []))  # noqa: E731
+
+    def stack(e: dict) -> tuple:  # the allocation's site: its innermost frame outside torch
+        f = next(f for f in e["frames"] if "/torch/" not in f["filename"])
+        return f["filename"], f["line"], f["name"]
+
     sizes: dict[tuple, list[int]] = {}
     for e in allocs(train_trace):
         if at_site(e, "gpt.py:forward"):

@@ -316,3 +316,13 @@ def test_a_simulated_snapshot_holds_the_changed_run_and_says_the_changes(served)
     assert provenance["changes"] == [f"--paged-kv {2 * MiB}B"]
     allocs = [e["size"] for e in data["device_traces"][0] if e["action"] == "alloc"]
     assert allocs == [2 * MiB, 2 * MiB, 2 * MiB, 5 * MiB, 1 * MiB]  # the 2 MiB activation, two pages, ...
+
+
+@pytest.mark.parametrize("target, named", [
+    ("gpt.py:34", True), ("gpt.py:3", False), ("workloads/gpt.py:34", True), ("gpt.py:attention", True),
+    ("gpt.py:forward", False), ("pt.py:34", False), ("mygpt.py:34", False), ("gpt.py", True), ("other.py", False)])
+def test_a_site_target_names_a_frame_by_its_file_and_line_or_function(target, named):
+    from fragviz.model import Frame
+    from fragviz.simulate.reshape import frame_is
+
+    assert frame_is(target, Frame("sample_snapshots/workloads/gpt.py", 34, "attention")) is named
