@@ -498,3 +498,19 @@ def test_a_block_pending_free_when_the_trace_began_is_not_carried_into_the_predi
     assert w2.sites == [f"{BEFORE_TRACE} {site('weights')}", site("act")]
     run = predict(plan([w1, w2], [1, 2]), 4, RECORDED, None).runs[0]
     assert run.peak_requested_bytes == (8 + 4) * MiB
+
+
+def test_the_match_is_bounded_on_sequences_that_never_agree(monkeypatch):
+    """Unrelated programs: every place tried costs one check, and the checks are bounded by the input's length."""
+    import random
+
+    from fragviz.predict import match
+
+    tried = []
+    real = match._agree
+    monkeypatch.setattr(match, "_agree", lambda *args: tried.append(1) or real(*args))
+    r = random.Random(1)
+    a, b = [r.randrange(100) for _ in range(5000)], [r.randrange(100) for _ in range(5000)]
+    pairs = match.align(a, b)
+    assert len(tried) <= match.WORK_PER_ALLOCATION * (len(a) + len(b))
+    assert len(pairs) < 100  # nearly nothing matches: a prediction would be refused
