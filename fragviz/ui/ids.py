@@ -122,3 +122,19 @@ WHATIF_SNAPSHOT_LINK = "whatif-snapshot-link"  # the title's link back to the sn
 WHATIF_JOB = "whatif-job"  # the running simulation's job id
 SNAPSHOT_SUB = "snapshot-sub"  # the line under the snapshot page's title: format, size, the device's trace length
 TIMELINE_BOX = "timeline-box"  # the timeline and its axis switch, hidden where the device has no trace
+# The what-if page's code what-ifs (simulate --scale, --bucket, --paged-kv): parsed when Simulate is clicked
+WHATIF_SCALE = "whatif-scale"  # TARGET=FACTOR, comma-separated: "activations=1.5"
+WHATIF_BUCKET = "whatif-bucket"  # TARGET:K, comma-separated: "activations:8"
+WHATIF_PAGED_KV = "whatif-paged-kv"  # [TARGET=]SIZE: "2MiB"
+# The what-if page's "Predict a bigger run" card (`fragviz predict`): this snapshot and others, at sizes of a knob
+WHATIF_PREDICT_WITH = "whatif-predict-with"  # multi dropdown: the other recordings of the same program
+WHATIF_PREDICT_SIZES = "whatif-predict-sizes"  # the knob's value in each recording, this snapshot's first: "8 16"
+WHATIF_PREDICT_KNOB = "whatif-predict-knob"  # what the sizes measure: "batch"
+WHATIF_PREDICT_TO = "whatif-predict-to"  # the knob's value to predict
+WHATIF_PREDICT_RUN = "whatif-predict-run"
+WHATIF_PREDICT_JOB = "whatif-predict-job"  # {"run": the running prediction's job id, "command": its command line}
+WHATIF_PREDICT_POLL = "whatif-predict-poll"
+WHATIF_PREDICT_RESULT = "whatif-predict-result"  # progress, the predicted figures, or why there are none
+WHATIF_PREDICT_LAWS = "whatif-predict-laws"  # the sites of most predicted bytes: law, bytes per recording, predicted
+WHATIF_PREDICT_FIGURE = "whatif-predict-figure"  # peak requested and reserved at each recorded size and predicted
+WHATIF_PREDICT_COMMAND = "whatif-predict-command"  # <code>: the `fragviz predict` command line of the same prediction

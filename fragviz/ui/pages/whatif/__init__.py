@@ -2,6 +2,10 @@
 settings and device sizes, simulated in the background (the app's own job runner), drawn from the series the
 free-run records, next to the recording's figures; the results name their device.
 
+Code what-ifs (`fragviz simulate --scale/--bucket/--paged-kv`) change the workload before it runs, typed in the
+Settings card and read when Simulate is clicked. Below the figure, the "Predict a bigger run" card (predict.py)
+predicts the program at another size from this snapshot and others of the same program.
+
 A device whose trace holds no workload gets the reason, and no Simulate button: nothing is drawn that was
 not computed. Without a device in the URL the page opens on the device of the first OOM (as the snapshot page
 does); only a device picked on the page goes into the URL."""
@@ -14,13 +18,16 @@ from fragviz.allocator.config import parse_alloc_conf
 from fragviz.base.errors import FragvizError, public_message
 from fragviz.store.records import Summary
 from fragviz.simulate.records import RunFigures
-from fragviz.simulate.whatif import SIMULATED, UNKNOWN, DeviceWhatIf, refusal_for, simulate_device
+from fragviz.simulate.reshape import CodeChange
+from fragviz.simulate.whatif import SIMULATED, UNKNOWN, DeviceWhatIf, refusal_for, simulate_device, what_if_label
 from fragviz.ui import ids
 from fragviz.ui.figures.whatif import overlay_figure
+from fragviz.ui.data.code_changes import code_changes
 from fragviz.ui.data.whatif_runs import WhatIfRun
 from fragviz.ui.context import AppContext
 from fragviz.ui.pages.common import (card, error_page, error_panel, fb, header, make_search, opening_device,
                                      path_sid, query_int, sid_of)
+from fragviz.ui.pages.whatif import predict
 from fragviz.base.units import parse_size
 
 PATH = "/whatif/"  # the page's prefix: /whatif/<id>
@@ -39,7 +46,7 @@ def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Di
     return html.Div([dcc.Location(id=ids.WHATIF_URL, refresh="callback-nav"), header(),
                      html.Main(className="fv-main", children=[
                          title, device_picker(row.devices, device),
-                         html.Div(id=ids.WHATIF_BODY, children=body(row.summary, device))])])
+                         html.Div(id=ids.WHATIF_BODY, children=body(row.summary, device, _others(ctx, sid)))])])
 
 
 def snapshot_href(sid: int, device: int) -> str:
@@ -53,10 +60,16 @@ def device_picker(devices: list[int], device: int) -> html.Div:
                                 className="fv-device")])])
 
 
-def body(summary: Summary, device: int) -> list:
-    """What the page shows for `device`: the settings to simulate under, or why its trace cannot be simulated."""
+def _others(ctx: AppContext, sid: int) -> list[dict]:
+    """The prediction card's choice of other recordings: every stored snapshot but this one."""
+    return predict.snapshot_options(ctx.reader.list_snapshots(), sid)
+
+
+def body(summary: Summary, device: int, others: list[dict] | None = None) -> list:
+    """What the page shows for `device`: the settings to simulate under and the prediction card (`others`: the
+    snapshots it may predict with), or why its trace cannot be simulated."""
     reason = _refusal(summary, device)
-    return [_cannot(reason)] if reason else _controls(device)
+    return [_cannot(reason)] if reason else _controls(device, others or [])
 
 
 def _refusal(summary: Summary, device: int) -> str | None:
@@ -71,7 +84,23 @@ def _cannot(reason: str) -> html.Section:
                                           className="fv-cannot"))
 
 
-def _controls(device: int) -> list:
+# (id, label, placeholder, what it does) of the code what-ifs' boxes, in the order `fragviz simulate` applies them.
+# TARGET: a kind of memory (activations, kv_cache, ...) or a site: a frame, file.py:LINE or file.py:function.
+CODE_FIELDS = (
+    (ids.WHATIF_SCALE, "scale", "e.g. activations=1.5",
+     "TARGET=FACTOR, comma-separated: every allocation of TARGET FACTOR times its recorded size"),
+    (ids.WHATIF_BUCKET, "bucket", "e.g. activations:8",
+     "TARGET:K, comma-separated: each site's sizes padded up to K steps, as padding to K buckets would"),
+    (ids.WHATIF_PAGED_KV, "paged KV", "e.g. 2MiB",
+     "[TARGET=]SIZE: the KV cache (or TARGET) served from whole pages of SIZE bytes, as vLLM serves it"))
+
+
+def _code_boxes() -> list[html.Label]:
+    return [html.Label([f"{label} ", dcc.Input(id=box, placeholder=hint, className="fv-memory")], title=what)
+            for box, label, hint, what in CODE_FIELDS]
+
+
+def _controls(device: int, others: list[dict]) -> list:
     return [
         html.P("Replays this trace's requests and frees through fragviz's model of the caching allocator, under the "
                "settings below, and sets the result beside the recorded run.", className="fv-sub"),
@@ -80,22 +109,25 @@ def _controls(device: int) -> list:
                                                               className="fv-conf", debounce=False)]),
             html.Label(["device memory ", dcc.Input(id=ids.WHATIF_MEMORY, placeholder="e.g. 80GiB (blank: as recorded)",
                                                     className="fv-memory")]),
+            *_code_boxes(),
             html.Button("Simulate", id=ids.WHATIF_RUN, n_clicks=0, className="fv-primary"),
         ]), html.Div(id=ids.WHATIF_STATUS, className="fv-status", **{"aria-live": "polite"}),
             dcc.Store(id=ids.WHATIF_JOB),
             dcc.Interval(id=ids.WHATIF_POLL, interval=400, disabled=True)),
         card(f"Reserved memory and fragmentation on cuda:{device}: recorded and simulated",
              dcc.Graph(id=ids.WHATIF_FIGURE)),
+        predict.predict_card(others),
     ]
 
 
-def _simulate(ctx: AppContext, sid: int, device: int, conf: str, memory: int | None,
-              run: WhatIfRun) -> DeviceWhatIf:
-    """The work of one run: the device's what-if, with the simulated series to draw (none when refused)."""
+def _simulate(ctx: AppContext, sid: int, device: int, conf: str, memory: int | None, run: WhatIfRun,
+              changes: tuple[CodeChange, ...] = ()) -> DeviceWhatIf:
+    """The work of one run: the device's what-if, its workload changed by `changes`, with the simulated series to
+    draw (none when refused)."""
     analysis = ctx.views.analysis(sid)
-    label = conf or "the default settings"
+    label = what_if_label(conf, changes)  # blank settings: "the default settings", as PYTORCH_CUDA_ALLOC_CONF=""
     (result,) = simulate_device(analysis, device, [(label, parse_alloc_conf(conf))], memory,
-                                series_points=MAX_POINTS, progress=run.set_progress)
+                                series_points=MAX_POINTS, progress=run.set_progress, changes=changes)
     return result
 
 
@@ -141,17 +173,21 @@ def chosen_device(ctx: AppContext, picked: int | None, chose: bool, search: str 
     from_url = opening_device(row.devices, row.summary, query_int(search, "device"))
     device = picked if chose else from_url
     new_search = make_search(device=device)
-    return (body(row.summary, device), new_search if chose and new_search != search else no_update,
+    return (body(row.summary, device, _others(ctx, sid)), new_search if chose and new_search != search else no_update,
             no_update if device == picked else device, snapshot_href(sid, device))
 
 
-def started(ctx: AppContext, conf: str | None, memory: str | None, device: int, pathname: str | None) -> tuple:
-    """A simulation started in the background: its run id, the poll switched on, and a progress bar; or why not."""
+def started(ctx: AppContext, conf: str | None, memory: str | None, device: int, pathname: str | None,
+            code: tuple[str | None, ...] = (None, None, None)) -> tuple:
+    """A simulation started in the background: its run id, the poll switched on, and a progress bar; or why not.
+    `code`: the scale, bucket and paged-KV boxes as typed (code what-ifs)."""
     try:
         parse_alloc_conf(conf or "")
         capacity = parse_size(memory) if memory else None
+        changes = code_changes(*code)
         sid = sid_of(pathname)
-        run_id = ctx.whatif_runs.start(lambda run: _simulate(ctx, sid, device, conf or "", capacity, run), "whatif")
+        run_id = ctx.whatif_runs.start(lambda run: _simulate(ctx, sid, device, conf or "", capacity, run, changes),
+                                       "whatif")
     except FragvizError as exc:
         return no_update, True, error_panel(public_message(exc, ctx.reader.records.path))
     return run_id, False, html.Div([html.Progress(value="0", max="100"), f" simulating cuda:{device}…"])
@@ -190,9 +226,10 @@ def register(app: dash.Dash, ctx: AppContext) -> None:
     @app.callback(Output(ids.WHATIF_JOB, "data"), Output(ids.WHATIF_POLL, "disabled"),
                   Output(ids.WHATIF_STATUS, "children"),
                   Input(ids.WHATIF_RUN, "n_clicks"), State(ids.WHATIF_CONF, "value"), State(ids.WHATIF_MEMORY, "value"),
-                  State(ids.WHATIF_DEVICE, "value"), State(ids.URL, "pathname"), prevent_initial_call=True)
-    def run(_, conf, memory, device, pathname):
-        return started(ctx, conf, memory, device, pathname)
+                  State(ids.WHATIF_DEVICE, "value"), State(ids.URL, "pathname"),
+                  *(State(field[0], "value") for field in CODE_FIELDS), prevent_initial_call=True)
+    def run(_, conf, memory, device, pathname, *code):
+        return started(ctx, conf, memory, device, pathname, code)
 
     @app.callback(Output(ids.WHATIF_STATUS, "children", allow_duplicate=True), Output(ids.WHATIF_FIGURE, "figure"),
                   Output(ids.WHATIF_POLL, "disabled", allow_duplicate=True),
@@ -200,3 +237,5 @@ def register(app: dash.Dash, ctx: AppContext) -> None:
                   State(ids.URL, "pathname"), prevent_initial_call=True)
     def poll(_, run_id, pathname):
         return polled(ctx, run_id, pathname)
+
+    predict.register(app, ctx)
