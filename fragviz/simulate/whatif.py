@@ -146,8 +146,9 @@ def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, Alloc
     """Each of `runs` (label, settings) on one device, next to the recording and the recorded settings' run on the
     recorded workload; with `changes` (code what-ifs, simulate.reshape), the runs' workload changed so. With
     `series_points`, each result's `series` holds its run's figures to draw."""
-    shaped = reshaper(analysis, device, changes) if refusal(analysis, device) is None else None
-    reason = refusal(analysis, device) or (shaped.refusal(device) if shaped is not None else None)
+    reason = refusal(analysis, device)
+    shaped = reshaper(analysis, device, changes) if reason is None else None
+    reason = reason or (shaped.refusal(device) if shaped is not None else None)
     if reason is not None:
         return [DeviceWhatIf(device, label, reason) for label, _ in runs]
     memory = device_memory(analysis, device, given_memory)
@@ -158,7 +159,9 @@ def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, Alloc
         return [DeviceWhatIf(device, label, reason) for label, _ in runs]
     steps = len(runs) + 1
     baseline = run_free(analysis, device, analysis.settings, memory.bytes, progress=_part(progress, 0, steps))
-    base, certain = baseline.figures(), certain_oom(analysis, device, memory.bytes)
+    # a request too big for any setting is the recorded workload's: a code change may shrink it
+    base = baseline.figures()
+    certain = certain_oom(analysis, device, memory.bytes) if shaped is None else None
     out = []
     for i, (label, settings) in enumerate(runs, 1):
         run = run_free(analysis, device, settings, memory.bytes, progress=_part(progress, i, steps),

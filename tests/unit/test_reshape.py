@@ -326,3 +326,14 @@ def test_a_site_target_names_a_frame_by_its_file_and_line_or_function(target, na
     from fragviz.simulate.reshape import frame_is
 
     assert frame_is(target, Frame("sample_snapshots/workloads/gpt.py", 34, "attention")) is named
+
+
+def test_a_request_too_big_for_the_device_is_certain_only_for_the_recorded_workload():
+    """A 30 MiB activation alone is larger than a 25 MiB device whatever the settings; halved, it is not."""
+    p = Program()
+    p.a.free(p.alloc("fwd", 30 * MiB))
+    analysis = p.analysis("big.pickle")
+    (plain,) = simulate_device(analysis, 0, [("as recorded", DEFAULT)], 25 * MiB)
+    assert plain.certain_oom is not None and plain.certain_oom.request_bytes == 30 * MiB
+    (halved,) = simulate_device(analysis, 0, [("halved", DEFAULT)], 25 * MiB, changes=[parse_scale("activations=0.5")])
+    assert halved.status == "simulated" and halved.certain_oom is None and halved.given.oom_count == 0
