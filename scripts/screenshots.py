@@ -6,16 +6,20 @@ It ingests the bundled samples and, where ../shared/real_snapshots is beside the
 snapshot (a full training step: parameters, activations, gradients, optimizer state) into a temporary store,
 serves it, and writes snapshot.png (the page's top) and kinds.png (live memory by kind) of it,
 allocations.png (the allocation bands with one band's hover) of the bundled gpt_train sample, library.png (the
-library), and of the bundled fragmentation OOM sample verdict.png (the OOM card and the free gaps at the OOM,
-with the event line's fragmentation figure) and whatif.png (the run again with expandable segments).
+library), of the bundled fragmentation OOM sample verdict.png (the OOM card and the free gaps at the OOM,
+with the event line's fragmentation figure) and whatif.png (the run again with expandable segments), and
+predict.png (the what-if page's "Predict a bigger run" card: the recordings of tests/data/predict at batch 8
+and 4, predicted at batch 64 on a 2 GiB device).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -24,6 +28,7 @@ from bench.common import serve  # noqa: E402
 REAL = os.path.join(os.path.dirname(ROOT), "shared", "real_snapshots", "cs336kk_ctx128_fullstep.pickle")
 SAMPLE = os.path.join(ROOT, "sample_snapshots", "gpt_train.pickle.gz")
 OOM_SAMPLE = os.path.join(ROOT, "sample_snapshots", "gpt_train_fragmentation_oom.pickle.gz")
+PREDICT = [os.path.join(ROOT, "tests", "data", "predict", f"train_batch_{b}.pickle.gz") for b in (4, 8)]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 BANDS_DRAWN = ("(() => { const p = document.querySelector('#allocation-bands .js-plotly-plot');"
                " return !!(p && p._fullLayout && p._fullLayout.meta && p._fullLayout.meta.bands); })()")
@@ -51,6 +56,7 @@ def main() -> int:
     db = os.path.join(tempfile.mkdtemp(prefix="fragviz-shots-"), "store.sqlite")
     sources = [REAL, SAMPLE] if os.path.exists(REAL) else [SAMPLE, SAMPLE]  # ids 1 and 2 (or 1 twice)
     sources.append(OOM_SAMPLE)  # id 3 (or 2)
+    sources += PREDICT  # looked up by name (_stored_id)
     subprocess.run([sys.executable, "-m", "fragviz.cli", "ingest", "--db", db, "--no-progress", *sources], cwd=ROOT,
                    check=True, stdout=subprocess.DEVNULL)
     from playwright.sync_api import sync_playwright
@@ -81,10 +87,12 @@ def main() -> int:
             _library(page, url, args.out)
             _verdict(page, url, oom, args.out)
             _whatif(page, url, oom, args.out)
+            _predict(page, url, args.out)
             browser.close()
     finally:
         proc.terminate()
-    print(f"wrote snapshot.png, kinds.png, allocations.png, library.png, verdict.png and whatif.png to {args.out}")
+    print(f"wrote snapshot.png, kinds.png, allocations.png, library.png, verdict.png, whatif.png and predict.png "
+          f"to {args.out}")
     return 0
 
 
@@ -124,6 +132,43 @@ def _whatif(page, url: str, sid: int, out: str) -> None:
                            " return !!(p && p.data && p.data.length); })()", timeout=120000)
     page.wait_for_timeout(1500)
     page.screenshot(path=os.path.join(out, "whatif.png"), full_page=True)
+
+
+def _stored_id(url: str, path: str) -> int:
+    """The id of the stored snapshot ingested from `path`, from the server's list."""
+    with urllib.request.urlopen(url + "/api/snapshots", timeout=30) as r:
+        rows = json.load(r)
+    name = os.path.basename(path)
+    return next(row["id"] for row in rows if row["name"].rsplit("/", 1)[-1] == name)
+
+
+def _predict(page, url: str, out: str) -> None:
+    """The what-if page's prediction card: the run at batch 8 and the one at batch 4 predict batch 64 on 2 GiB,
+    under the recorded settings."""
+    mid = _stored_id(url, PREDICT[1])
+    page.set_viewport_size({"width": 1360, "height": 1000})
+    page.goto(f"{url}/whatif/{mid}")
+    page.wait_for_selector("#whatif-run")
+    page.wait_for_selector("#whatif-timeline .main-svg")  # the empty figure drawn: the card below has moved down
+    page.wait_for_timeout(1000)
+    page.click("#whatif-predict-with")
+    page.keyboard.type("train_batch_4")  # into the list's search box: the one option left
+    page.click("[role=option]:has-text('train_batch_4')")
+    page.keyboard.press("Escape")
+    page.fill("#whatif-conf", "")  # the recorded settings
+    page.fill("#whatif-memory", "2GiB")
+    page.fill("#whatif-predict-sizes", "8 4")
+    page.fill("#whatif-predict-knob", "batch")
+    page.fill("#whatif-predict-to", "64")
+    page.click("#whatif-predict-run")
+    page.wait_for_selector("#whatif-predict-result .fv-predict-figures, #whatif-predict-result .fv-error",
+                           timeout=300000)
+    if page.locator("#whatif-predict-result .fv-error").count():
+        raise SystemExit("the prediction was refused: " + page.locator("#whatif-predict-result").inner_text())
+    page.wait_for_function("(() => { const p = document.querySelector('#whatif-predict-figure .js-plotly-plot');"
+                           " return !!(p && p._fullData && p._fullData.length); })()", timeout=120000)
+    page.wait_for_timeout(1500)
+    page.locator("section.fv-predict").screenshot(path=os.path.join(out, "predict.png"))
 
 
 if __name__ == "__main__":
