@@ -13,7 +13,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from fragviz.allocator.config import parse_alloc_conf
     from fragviz.base.units import parse_size
     from fragviz.cli.explain import analysis_for
-    from fragviz.predict import fit_search, plan, predict, recorded_workload, traced_device
+    from fragviz.predict import fit_search, plan_recordings, predict, settings_for
     from fragviz.predict.text import fit_text, prediction_text
 
     knobs = _knobs(args)
@@ -25,10 +25,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     for n, recording in enumerate(args.recordings, 1):
         say(f"reading {recording} ({n} of {len(args.recordings)})")
         analyses.append(analysis_for(recording, args.db))
-    workloads = [recorded_workload(a, traced_device(a, args.device)) for a in analyses]
     say("matching the recordings and fitting the laws")
-    fitted = plan(workloads, knobs, args.to, args.max_unmatched)
-    settings = confs or [(None, analyses[fitted.template].settings)]  # the run predicted from: its settings
+    fitted = plan_recordings(analyses, knobs, args.to, args.device, args.max_unmatched)
+    settings = settings_for(fitted, analyses, confs)
     prediction = None
     if args.to is not None:
         say(f"simulating {args.knob} {args.to:g} under {len(settings)} setting(s)")

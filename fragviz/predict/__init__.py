@@ -9,8 +9,9 @@
 """
 from __future__ import annotations
 
-from fragviz.predict.forecast import (FitAnswer, Plan, Prediction, PredictedRun, fit_search, plan, predict, run_at)
+from fragviz.predict.forecast import (FitAnswer, Plan, Prediction, PredictedRun, fit_search, plan, plan_recordings,
+                                      predict, run_at, settings_for)
 from fragviz.predict.workload import PredictionRefused, recorded_workload, traced_device
 
-__all__ = ["FitAnswer", "Plan", "Prediction", "PredictedRun", "PredictionRefused", "fit_search", "plan", "predict",
-           "recorded_workload", "run_at", "traced_device"]
+__all__ = ["FitAnswer", "Plan", "Prediction", "PredictedRun", "PredictionRefused", "fit_search", "plan", "plan_recordings", "predict",
+           "recorded_workload", "run_at", "settings_for", "traced_device"]

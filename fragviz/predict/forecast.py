@@ -19,7 +19,8 @@ from fragviz.allocator.config import AllocatorSettings
 from fragviz.base.units import format_bytes as fb
 from fragviz.predict.laws import LAWS, Laws, fit_laws
 from fragviz.predict.match import align
-from fragviz.predict.workload import PredictionRefused, RecordedWorkload
+from fragviz.predict.workload import PredictionRefused, RecordedWorkload, recorded_workload, traced_device
+from fragviz.replay.analysis import Analysis
 from fragviz.simulate.freerun import Op, run_workload
 
 MAX_UNMATCHED = 0.10  # the share of all recorded bytes a prediction may leave unmatched
@@ -119,6 +120,18 @@ def plan(workloads: Sequence[RecordedWorkload], knobs: Sequence[float], target: 
     if unmatched.share > max_unmatched:
         raise PredictionRefused(_too_different(workloads, unmatched, max_unmatched))
     return Plan(tuple(workloads), knobs, t, found, fit_laws(knobs, columns[found]), unmatched)
+
+
+def plan_recordings(analyses: Sequence[Analysis], knobs: Sequence[float], target: float | None = None,
+                    device: int | None = None, max_unmatched: float = MAX_UNMATCHED) -> Plan:
+    """`plan` on analysed recordings, each read on `device` (None: its traced device)."""
+    return plan([recorded_workload(a, traced_device(a, device)) for a in analyses], knobs, target, max_unmatched)
+
+
+def settings_for(p: Plan, analyses: Sequence[Analysis],
+                 confs: Sequence[tuple[str, AllocatorSettings]]) -> list[tuple[str | None, AllocatorSettings]]:
+    """The settings to simulate under: those asked for, else those recorded with the run predicted from (None)."""
+    return list(confs) or [(None, analyses[p.template].settings)]
 
 
 def _unmatched(workloads: Sequence[RecordedWorkload], knobs: tuple[float, ...], lost: dict[int, np.ndarray],

@@ -46,14 +46,19 @@ def run_lines(run: PredictedRun) -> list[str]:
              f"peak {run.fragmentation:.1%}"]
     if run.device_memory_bytes is None:
         lines.append("    device size not given (--device-memory SIZE): whether it runs out of memory is not asked")
-    elif run.oom is None:
-        lines.append(f"    fits a device of {fb(run.device_memory_bytes)}: no OOM")
     else:
-        o = run.oom
-        lines.append(f"    runs out of memory on {fb(run.device_memory_bytes)}: {fb(o.requested_bytes)} requested at "
-                     f"{o.site} (event {o.event} of the run predicted from), with {fb(o.reserved_bytes)} reserved "
-                     f"and the largest free block {fb(o.largest_free_block)}")
+        lines.append("    " + fits_sentence(run))
     return lines
+
+
+def fits_sentence(run: PredictedRun) -> str:
+    """Whether a run with a known device size fits it, or where it runs out of memory (terminal and page)."""
+    if run.oom is None:
+        return f"fits a device of {fb(run.device_memory_bytes)}: no OOM"
+    o = run.oom
+    return (f"runs out of memory on {fb(run.device_memory_bytes)}: {fb(o.requested_bytes)} requested at {o.site} "
+            f"(event {o.event} of the run predicted from), with {fb(o.reserved_bytes)} reserved and the largest "
+            f"free block {fb(o.largest_free_block)}")
 
 
 def fit_text(knob: str, answers: Sequence[FitAnswer], p: Prediction | None = None) -> str:

@@ -144,19 +144,22 @@ def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, Alloc
                     given_memory: int | None = None, series_points: int | None = None,
                     progress: Progress | None = None, changes: Sequence[CodeChange] = ()) -> list[DeviceWhatIf]:
     """Each of `runs` (label, settings) on one device, next to the recording and the recorded settings' run on the
-    recorded workload; with `changes` (code what-ifs, simulate.reshape), the runs' workload changed so. With
+    recorded workload; with `changes` (code what-ifs, simulate.reshape), the runs' workload changed so, and each
+    result's `changes` says what each change touched. With
     `series_points`, each result's `series` holds its run's figures to draw."""
     reason = refusal(analysis, device)
     shaped = reshaper(analysis, device, changes) if reason is None else None
     reason = reason or (shaped.refusal(device) if shaped is not None else None)
+    effects = shaped.effects() if shaped is not None else tuple(
+        {"change": c.how, "target": c.target, "label": c.label} for c in changes)
     if reason is not None:
-        return [DeviceWhatIf(device, label, reason) for label, _ in runs]
+        return [DeviceWhatIf(device, label, reason, changes=effects) for label, _ in runs]
     memory = device_memory(analysis, device, given_memory)
     recorded, start = recorded_run(analysis, device, memory), start_state(analysis, device)
     if memory.bytes is not None and start.reserved_bytes > memory.bytes:
         reason = (f"the trace starts with {fb(start.reserved_bytes)} already reserved on device {device}, more than "
                   f"the {fb(memory.bytes)} device asked about: that start state cannot exist on it")
-        return [DeviceWhatIf(device, label, reason) for label, _ in runs]
+        return [DeviceWhatIf(device, label, reason, changes=effects) for label, _ in runs]
     steps = len(runs) + 1
     baseline = run_free(analysis, device, analysis.settings, memory.bytes, progress=_part(progress, 0, steps))
     # a request too big for any setting is the recorded workload's: a code change may shrink it
@@ -169,7 +172,7 @@ def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, Alloc
         given = run.figures()
         outcome, claim = judge(label, recorded, base, given, memory)
         out.append(DeviceWhatIf(device, label, None, given, base, recorded, start, memory, outcome, claim, certain,
-                                run.series.timeline() if run.series is not None else None))
+                                run.series.timeline() if run.series is not None else None, effects))
     return out
 
 
@@ -203,16 +206,10 @@ def what_if(analysis: Analysis, conf: str | None, device_memory: int | None = No
     results = [r for device in analysis.replays
                for r in simulate_device(analysis, device, [(label, settings)], device_memory, changes=changes)]
     if changes:
-        results = [replace(r, alloc_conf=conf, changes=_effects(analysis, r.device, changes)) for r in results]
+        results = [replace(r, alloc_conf=conf) for r in results]
     if all(r.reason is not None for r in results):
         raise NothingToSimulate(nothing_to_simulate(analysis, results))
     return WhatIfResult(tuple(results))
-
-
-def _effects(analysis: Analysis, device: int, changes: Sequence[CodeChange]) -> tuple[dict[str, Any], ...]:
-    if refusal(analysis, device) is not None:
-        return tuple({"change": c.how, "target": c.target, "label": c.label} for c in changes)
-    return reshaper(analysis, device, changes).effects()
 
 
 def what_if_label(conf: str | None, changes: Sequence[CodeChange] = ()) -> str:

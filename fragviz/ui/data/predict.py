@@ -13,7 +13,7 @@ from fragviz.allocator.config import parse_alloc_conf
 from fragviz.base.errors import UsageError
 from fragviz.base.units import parse_size
 from fragviz.gate.budgets import size_text
-from fragviz.predict import Prediction, plan, predict, recorded_workload
+from fragviz.predict import Prediction, plan_recordings, predict, settings_for
 from fragviz.predict.forecast import as_number
 from fragviz.replay.analysis import trace_totals
 from fragviz.ui.data.views import Views
@@ -125,11 +125,10 @@ def run_prediction(views: Views, r: PredictRequest, progress: Callable[[float], 
     for i, sid in enumerate(r.sids):
         analyses.append(views.analysis(sid))
         progress((i + 1) / steps)
-    workloads = [recorded_workload(a, r.device) for a in analyses]
-    fitted = plan(workloads, r.sizes, r.target)
+    fitted = plan_recordings(analyses, r.sizes, r.target, r.device)
     progress((len(r.sids) + 1) / steps)
-    settings = analyses[fitted.template].settings if r.conf is None else parse_alloc_conf(r.conf)
-    prediction = predict(fitted, r.target, [(r.conf, settings)], r.memory, r.knob)
+    confs = [] if r.conf is None else [(r.conf, parse_alloc_conf(r.conf))]
+    prediction = predict(fitted, r.target, settings_for(fitted, analyses, confs), r.memory, r.knob)
     recorded = [SizePoint(v, t.peak_requested, t.peak_reserved) for v, t in
                 ((v, trace_totals(a.snapshot, r.device)) for v, a in zip(r.sizes, analyses))]
     head = prediction.runs[0]

@@ -15,6 +15,7 @@ from fragviz.base.errors import FragvizError, public_message
 from fragviz.base.units import format_bytes as fb
 from fragviz.predict import Prediction, PredictedRun
 from fragviz.predict.forecast import as_number, settings_text
+from fragviz.predict.text import fits_sentence
 from fragviz.store.reader import SnapshotRow
 from fragviz.ui import ids
 from fragviz.ui.context import AppContext
@@ -53,12 +54,7 @@ def predict_card(options: list[dict]) -> html.Section:
 def _fits(run: PredictedRun) -> str:
     if run.device_memory_bytes is None:
         return "not asked: the device size was not given (give a device memory above)"
-    if run.oom is None:
-        return f"fits a device of {fb(run.device_memory_bytes)}: no OOM"
-    o = run.oom
-    return (f"runs out of memory on {fb(run.device_memory_bytes)}: {fb(o.requested_bytes)} requested at {o.site} "
-            f"(event {o.event} of the recording predicted from), with {fb(o.reserved_bytes)} reserved and the "
-            f"largest free block {fb(o.largest_free_block)}")
+    return fits_sentence(run)
 
 
 def _figures_table(run: PredictedRun) -> html.Table:
