@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.support.helpers import REAL, ROOT
-from tests.support.pages import wait_for_state
+from tests.support.pages import wait_for_state, wait_settled
 from tests.support.server import Server
 
 from fragviz.replay.analysis import analyze
@@ -214,7 +214,11 @@ def test_upload_errors_name_the_file_once_and_say_the_problem(page, logged, tmp_
     names = [r["name"] for r in logged.get_json("/api/snapshots")]
     assert not set(map(os.path.basename, files)) & set(names)  # a bad file stores nothing
 
-    page.focus("#upload")  # and from the keyboard: Enter opens the chooser
+    # and from the keyboard: Enter opens the chooser (once the library has redrawn after the uploads: a redraw
+    # under the focus would take it away)
+    wait_settled(page)
+    page.focus("#upload")
+    page.wait_for_function("document.activeElement && document.activeElement.id === 'upload'")
     with page.expect_file_chooser():
         page.keyboard.press("Enter")
     assert console_errors(page, allowed="status of 422") == []
