@@ -18,13 +18,15 @@ import threading
 import time
 import weakref
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from fragviz.allocator.config import parse_alloc_conf
 from fragviz.allocator.rules import allocation_size, round_size
-from fragviz.allocator.sim import DeviceAllocator
-from fragviz.allocator.state import build_snapshot, copy_state
+from fragviz.allocator.packed import PackedAllocator
+from fragviz.allocator.state import allocator_segments, build_snapshot, copy_state
 from fragviz.base.files import write_atomically
+from fragviz.model import Frame
 from fragviz.snapshot.frames import StackInterner
 from fragviz.base.units import torch_format_size
 
@@ -91,7 +93,7 @@ class SimulatedDevice:
                  on_oom: Callable[[str], None] | None = None) -> None:
         conf = alloc_conf if alloc_conf is not None else os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
         self.conf = conf
-        self.alloc = DeviceAllocator(parse_alloc_conf(conf), device_memory, record=record)
+        self.alloc = PackedAllocator(parse_alloc_conf(conf), device_memory, record=record)
         self.alloc.clock = lambda: int(time.time() * 1e6)
         self.stacks = StackInterner()
         self._live: dict[int, Any] = {}
@@ -169,6 +171,31 @@ class SimulatedDevice:
             frames, stacks = tuple(self.stacks.frames), tuple(self.stacks.stacks)
             self.lock_seconds = time.perf_counter() - started
         return build_snapshot(state, frames, stacks, provenance, pause)
+
+    def packed_state(self, trace: bool = True) -> "PackedState":
+        """What a snapshot needs, copied under the lock in O(segments + blocks) plus one memory copy of the
+        packed trace: the live agent hands it to its server process, which builds the snapshot there."""
+        started = time.perf_counter()
+        with self.lock:
+            segments = allocator_segments(self.alloc)
+            packed = self.alloc.trace.copy() if trace else None
+            self.lock_seconds = time.perf_counter() - started
+        return PackedState(self.alloc.device, segments, packed, self.alloc.settings.as_dict())
+
+    def frames_since(self, frames: int, stacks: int) -> tuple[list[Frame], list[tuple[int, ...]]]:
+        """The frames and stacks interned after the first `frames` and `stacks` (the interner only appends)."""
+        with self.lock:
+            return self.stacks.frames[frames:], self.stacks.stacks[stacks:]
+
+
+@dataclass(frozen=True)
+class PackedState:
+    """A simulated device's state as copied for a snapshot: its segments (blocks with stack ids), its trace
+    packed (fragviz.allocator.packed; None without it: close it once sent), its settings."""
+    device: int
+    segments: list[dict[str, Any]]
+    trace: Any
+    settings: dict[str, Any]
 
 
 def _frames(frame: Any) -> Iterator[Any]:

@@ -1,104 +1,218 @@
-"""The live agent: a small HTTP server inside a training job that serves its allocator's figures.
+"""The live agent: inside a training job, it serves the job's allocator figures through a server process.
 
     agent = fragviz.live.start_agent(port=9400)    # first thing in train.py, or `fragviz run -- python train.py`
     ...
     agent.stop()
 
-It runs in daemon threads and never disturbs the job: every request is served on its own thread with a
-socket timeout, at most MAX_CONCURRENT at once (503 and Retry-After beyond), and its errors are counted, never
-raised into the job. It answers GET only (405 to anything else), to a Host header that names this machine
-when it listens on loopback, with a token only in `Authorization: Bearer`, and logs nothing. Standard
-library, fragviz.live.protocol, lazy torch and fragviz's core only (see sources.py).
+The job's process does as little as it can. A server process of its own (server.py) listens on the port,
+takes every connection, reads and checks every request (the door, the Host header, the token) and builds and
+pickles every snapshot, at a lower priority than the job. Over a socket pair it asks the job only what passed
+its door; one thread of the job answers (`_answer`), blocked in a read, without the GIL, between asks: the
+stats, the segments, and for a snapshot a copy of the state taken under the allocator's lock (a simulated
+device's, packed: fragviz.allocator.packed). Neither the port nor the link survives into a fork child of the
+job, and the server ends with the job, however it ends.
+
+A port the job cannot have is no reason for the job not to run: the server takes the next free one and says
+so (server.listen). Standard library, lazy torch and fragviz's core only (see sources.py).
 """
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
+import weakref
+from typing import Any, Callable
 
 from fragviz.base.errors import AgentError
-from fragviz.live import protocol
-from fragviz.live.door import CappedReader, Deadline, Door, HeadersTooLarge
-from fragviz.live.sources import CudaSource, SimulatedSource, Source, rank_env
+from fragviz.live import link, protocol
 
-MAX_CONCURRENT = 8
-REQUEST_TIMEOUT = 10.0  # seconds a client may take to send its request or read the answer
 DEFAULT_DEVICE_MEMORY = 16 * 1024**3
+LISTEN_WAIT = 10.0  # seconds start_agent (and a job's end) waits for its server to say where it listens
+_AGENTS: "weakref.WeakSet[Agent]" = weakref.WeakSet()
 
 
 class Agent:
-    """A running agent: `.port`, `.url`, `.stats()`, `.stop()`."""
+    """A running agent: `.port` and `.url` (None when it serves nothing), `.stats()`, `.stop()`; `.source` is
+    None until the job has imported torch (under `fragviz run`, the agent waits for that)."""
 
-    def __init__(self, source: Source, host: str, port: int, token: str | None) -> None:
-        self.source = source
-        self.token = token
+    def __init__(self, host: str, port: int, token: str | None, what: str, server_python: str | None = None,
+                 simulate: bool | None = None) -> None:
+        self.source: Any = None
         self.host = host
+        self.token = token
+        self.requested_port = port
+        self.port: int | None = None
+        self.url: str | None = None
+        self.note: str | None = None  # why it serves elsewhere than asked, or not at all
+        self.simulate = simulate
         self.ranks = rank_env()
         self.process_start_time = process_start_time()
+        self.pid = os.getpid()
         self.polls = 0
-        self.errors = 0
         self.cpu_seconds = 0.0
         self.oom_fetched = 0  # how many OOM snapshots the source had taken when one was last served
-        self._counter_lock = threading.Lock()
-        self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
-        self.snapshot_slot = threading.Lock()  # one snapshot built at a time: a second is 503, never queued
-        self.snapshots = 0
-        self._server = _server_for(host, port)
-        self._server.agent = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="fragviz-agent", daemon=True)
+        self.listening = threading.Event()  # set once the server said where it listens (or that it cannot)
         self._stopped = False
-
-    def start(self) -> "Agent":
+        self._sock, theirs = socket.socketpair()
+        try:
+            self._server = subprocess.Popen([*server_command(server_python or sys.executable), str(theirs.fileno())],
+                                            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL)
+        except OSError as exc:
+            self._sock.close()
+            raise AgentError(f"the live agent's server process cannot start ({exc.strerror or exc})") from None
+        finally:
+            theirs.close()
+        link.send(self._sock, server_config(host, port, token, who(self.ranks), what))
+        _AGENTS.add(self)
+        self._thread = threading.Thread(target=self._answer, name="fragviz-agent", daemon=True)
         self._thread.start()
-        return self
 
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return protocol.target_url(self.host, self.port)
+    def attach(self, source: Any) -> None:
+        """Serve this source's figures from now on (the job imported torch)."""
+        self.source = source
 
     def stats(self) -> dict[str, Any]:
-        """The `/v1/stats` object."""
-        devices = self.source.device_stats()
-        with self._counter_lock:
-            self.polls += 1
-            agent = {"polls": self.polls, "cpu_seconds": round(self.cpu_seconds, 6), "errors": self.errors,
-                     "snapshots": self.snapshots,
-                     "snapshot_lock_seconds": round(getattr(self.source, "lock_seconds", 0.0), 6),
-                     "state_walk_seconds": round(getattr(self.source, "walk_seconds", 0.0), 6)}
+        """The `/v1/stats` object (the server adds its own figures to `agent`)."""
+        source = self.source
+        devices = source.device_stats() if source is not None else []
+        self.polls += 1
+        agent = {"polls": self.polls, "cpu_seconds": round(self.cpu_seconds, 6),
+                 "snapshot_lock_seconds": round(getattr(source, "lock_seconds", 0.0), 6),
+                 "state_walk_seconds": round(getattr(source, "walk_seconds", 0.0), 6),
+                 "torch_imported": source is not None}
+        simulated = source.simulated if source is not None else self.simulate
         return {"time": time.time(), "pid": os.getpid(), "process_start_time": self.process_start_time,
-                "simulated": self.source.simulated, **self.ranks, "devices": devices, "agent": agent}
+                "simulated": simulated, **self.ranks, "devices": devices, "agent": agent}
 
-    def count(self, cpu: float, failed: bool) -> None:
-        with self._counter_lock:
-            self.cpu_seconds += cpu
-            self.errors += int(failed)
+    # -- the job's side of the link ----------------------------------------------------------------------
+    def _answer(self) -> None:
+        """Answer the server's asks until it or the job ends (this thread waits in a read between asks)."""
+        try:
+            while True:
+                message = link.receive(self._sock)
+                if message is None:
+                    break
+                self._take(message[0])
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.listening.set()
 
+    def _take(self, header: dict[str, Any]) -> None:
+        op = header.get("op")
+        if op == "listening":
+            self.port, self.note = header.get("port"), header.get("note")
+            self.url = header.get("url")
+            self.listening.set()
+            return
+        if op == "oom_fetched":
+            self.oom_fetched = max(self.oom_fetched, int(header.get("count", 0)))
+            return
+        started = time.thread_time()
+        payload: Any = b""
+        keep = True
+        try:
+            answer, payload, keep = self._reply(str(op), header)
+        except Exception as exc:  # never into the job: the server answers 500 with it
+            answer = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        try:
+            link.send(self._sock, {"id": header.get("id"), **answer}, payload)
+        finally:
+            if not keep:
+                payload.close()
+            self.cpu_seconds += time.thread_time() - started
+
+    def _reply(self, op: str, header: dict[str, Any]) -> tuple[dict[str, Any], Any, bool]:
+        """(header, payload, keep the payload) for one ask."""
+        if op == "stats":
+            return {}, json.dumps(self.stats()).encode(), True
+        source = self.source
+        if op == "state":
+            segments = source.state() if source is not None else []
+            return {}, json.dumps({"time": time.time(), "pid": os.getpid(), "segments": segments}).encode(), True
+        if op in ("snapshot", "oom"):
+            if source is None:
+                return {"none": True, "reason": "the job has not imported torch yet"}, b"", True
+            answer = source.snapshot(bool(header.get("trace", True))) if op == "snapshot" else source.oom_snapshot()
+            if answer is None:
+                return {"none": True}, b"", True
+            return answer.header, answer.payload, answer.keep or not hasattr(answer.payload, "close")
+        raise ValueError(f"no such ask: {op[:40]}")
+
+    # -- the end ---------------------------------------------------------------------------------------------
     def stop(self, linger: float = 0.0) -> None:
         """Stop serving. With `linger`, first wait up to that many seconds for an OOM snapshot nobody has
         fetched yet to be fetched (a poller comes for it within its interval), so a dying job's failure
-        state is not lost."""
-        if self._stopped:
+        state is not lost. The server has closed the port when this returns."""
+        if self._stopped or os.getpid() != self.pid:  # a fork child has nothing to stop
             return
         deadline = time.monotonic() + linger
-        while self.oom_fetched < self.source.oom_count and time.monotonic() < deadline:
+        while (self.source is not None and self.oom_fetched < self.source.oom_count and self.port is not None
+               and self._thread.is_alive() and time.monotonic() < deadline):
             time.sleep(0.05)
         self._stopped = True
         atexit.unregister(self.stop)
-        self._server.shutdown()
-        self._server.server_close()
-        self.source.close()
+        self.listening.wait(LISTEN_WAIT)  # a job shorter than the server's start still has its line said
+        _close(self._sock)
+        try:
+            self._server.wait(5.0)
+        except subprocess.TimeoutExpired:
+            self._server.kill()
+            self._server.wait()
+        self._thread.join(5.0)
+        if self.source is not None:
+            self.source.close()
+
+    def _forked(self) -> None:
+        """In a fork child: the link is the parent's (the server ends with the parent, not with this child)."""
+        self._stopped = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+def server_command(python: str) -> list[str]:
+    """The command line that runs the server process (server.main) with `python`, fragviz found where this
+    file is; isolated (-I), so nothing of the job's environment reaches it."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = f"import sys; sys.path.insert(0, {root!r}); from fragviz.live.server import main; main()"
+    return [python, "-I", "-c", code]
+
+
+def server_config(host: str, port: int, token: str | None, who: str, what: str) -> dict[str, Any]:
+    """The settings the job sends its server first (the token goes this way, never on a command line)."""
+    local_world = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return {"host": host, "port": port, "token": token, "pid": os.getpid(), "who": who, "what": what,
+            "step": int(local_world) if local_world.isdigit() and int(local_world) > 0 else 1}
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # the answering thread's read returns at once
+    except OSError:
+        pass
+    sock.close()
+
+
+def _forget_in_child() -> None:
+    for agent in list(_AGENTS):
+        agent._forked()
+    _AGENTS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def who(ranks: dict[str, int | None]) -> str:
+    """'rank R (local rank L), ' under torchrun, else ''."""
+    return f"rank {ranks['rank']} (local rank {ranks['local_rank']}), " if ranks["rank"] is not None else ""
 
 
 def process_start_time() -> float:
@@ -113,180 +227,32 @@ def process_start_time() -> float:
         return round(time.time(), 2)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 64
+def rank_env() -> dict[str, int | None]:
+    """RANK, LOCAL_RANK and WORLD_SIZE as torchrun sets them (None outside a distributed launch)."""
+    def read(name: str) -> int | None:
+        value = os.environ.get(name, "")
+        return int(value) if value.isdigit() else None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.door = Door()
-        super().__init__(*args, **kwargs)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.door.admit(request):  # every open connection is being answered: this one waits for none
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        self.door.leave(request)
-        super().shutdown_request(request)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        self.agent.count(0.0, True)  # type: ignore[attr-defined]  (counted, never printed into the job's stderr)
+    return {"rank": read("RANK"), "local_rank": read("LOCAL_RANK"), "world_size": read("WORLD_SIZE")}
 
 
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+def check_host(host: str, token: str | None) -> None:
+    """Binding to anything but loopback needs a token (AgentError before anything starts)."""
+    if not protocol.names_this_machine(host) and not token:
+        raise AgentError(f"refusing to serve the live agent on {host} without a token: other machines could "
+                         "read this job's memory (pass token=..., or --token / FRAGVIZ_TOKEN)")
 
 
-def _server_for(host: str, port: int) -> _Server:
-    cls = _Server6 if ":" in host else _Server
-    try:
-        return cls((protocol.bind_address(host), port), _Handler)
-    except OSError as exc:
-        raise AgentError(f"the live agent cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+def describe(simulate: bool | None, device_memory: int | None) -> str:
+    """What the agent serves, for its one line."""
+    from fragviz.base.units import format_bytes
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "fragviz-agent"
-    protocol_version = "HTTP/1.0"
-    timeout = REQUEST_TIMEOUT
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the job's stderr is not ours)
-        pass
-
-    def setup(self) -> None:
-        super().setup()
-        self.rfile = CappedReader(self.rfile)  # type: ignore[assignment]
-        self._deadline = Deadline(lambda: self.connection)
-
-    def handle_one_request(self) -> None:
-        try:
-            super().handle_one_request()
-        except HeadersTooLarge:  # in the request line (parse_request answers 431 for the headers itself)
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self.send_error(431, "Request line too long")
-
-    def parse_request(self) -> bool:
-        ok = super().parse_request()
-        self._deadline.cancel()
-        self.rfile.lift()  # type: ignore[attr-defined]
-        self.server.door.read(self.connection)  # type: ignore[attr-defined]
-        return ok
-
-    def finish(self) -> None:
-        self._deadline.cancel()
-        super().finish()
-
-    def _method_not_allowed(self) -> None:
-        # Every endpoint reads: nothing here changes the job, so nothing but GET is taken.
-        body = json.dumps({"error": f"the agent answers GET only, not {self.command[:16]}"}).encode()
-        self.send_response(405)
-        for key, value in (("Allow", "GET"), ("Content-Type", "application/json"),
-                           ("Content-Length", str(len(body))), ("Cache-Control", "no-store")):
-            self.send_header(key, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _method_not_allowed  # noqa: N815
-
-    def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
-        agent: Agent = self.server.agent  # type: ignore[attr-defined]
-        if not agent.slots.acquire(blocking=False):
-            self._send_json(503, {"error": "the agent is busy: try again"}, {"Retry-After": "1"})
-            return
-        started, failed = time.thread_time(), False
-        try:
-            self._route(agent)
-        except (BrokenPipeError, ConnectionError, socket.timeout):
-            failed = True  # the client went away: nothing to answer
-        except Exception as exc:  # never into the job: counted, answered, forgotten
-            failed = True
-            self._try_send_json(500, {"error": f"the agent failed to answer ({type(exc).__name__}: {exc})"[:300]})
-        finally:
-            agent.count(time.thread_time() - started, failed)
-            agent.slots.release()
-
-    def _route(self, agent: Agent) -> None:
-        denied = self._denied(agent)
-        if denied:
-            return
-        url = urlsplit(self.path)
-        query = parse_qs(url.query)
-        if url.path == protocol.PATH_STATS:
-            self._send_json(200, agent.stats())
-        elif url.path == protocol.PATH_METRICS:
-            self._send(200, protocol.render_metrics(agent.stats()).encode(), protocol.PROMETHEUS_CONTENT_TYPE)
-        elif url.path == protocol.PATH_SNAPSHOT:
-            self._snapshot(agent, query.get("trace", ["1"])[-1] not in ("0", "false", "no"))
-        elif url.path == protocol.PATH_OOM:
-            count, blob = agent.source.oom_count, agent.source.oom_snapshot()
-            if blob is None:
-                self._send_json(404, {"error": "no out-of-memory error has happened in this job yet"})
-            else:
-                self._send(200, blob, "application/octet-stream")
-                agent.oom_fetched = max(agent.oom_fetched, count)
-        elif url.path == protocol.PATH_STATE:
-            self._send_json(200, {"time": time.time(), "pid": os.getpid(), "segments": agent.source.state()})
-        else:
-            self._send_json(404, {"error": f"no such endpoint: {url.path[:80]}",
-                                  "endpoints": [protocol.PATH_STATS, protocol.PATH_SNAPSHOT, protocol.PATH_OOM,
-                                                protocol.PATH_STATE, protocol.PATH_METRICS]})
-
-    def _snapshot(self, agent: Agent, trace: bool) -> None:
-        """The snapshot now; one at a time (building one costs the job a little, queueing them would cost it
-        a lot): 503 with Retry-After while another is being built."""
-        if not agent.snapshot_slot.acquire(blocking=False):
-            self._send_json(503, {"error": "a snapshot is being taken: try again"}, {"Retry-After": "5"})
-            return
-        try:
-            blob = agent.source.snapshot(trace)
-            with agent._counter_lock:
-                agent.snapshots += 1
-        finally:
-            agent.snapshot_slot.release()
-        self._send(200, blob, "application/octet-stream")
-
-    def _denied(self, agent: Agent) -> bool:
-        if protocol.names_this_machine(agent.host) and not _loopback_host_header(self.headers.get("Host")):
-            # a web page's script reaching a loopback agent under a foreign name (DNS rebinding)
-            self._send_json(403, {"error": "the Host header must name this machine (localhost or 127.0.0.1)"})
-            return True
-        if agent.token is not None and not protocol.tokens_match(
-                protocol.bearer_token(self.headers.get("Authorization")), agent.token):
-            self._send_json(401, {"error": "missing or wrong token (send Authorization: Bearer TOKEN)"},
-                            {"WWW-Authenticate": 'Bearer realm="fragviz-agent"'})
-            return True
-        return False
-
-    def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        self._send(status, json.dumps(body).encode(), "application/json", headers)
-
-    def _try_send_json(self, status: int, body: Any) -> None:
-        try:
-            self._send_json(status, body)
-        except Exception:
-            pass
-
-    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
-
-
-def _loopback_host_header(value: str | None) -> bool:
-    if not value:
-        return True  # HTTP/1.0 clients may send none (a browser always does)
-    parsed = protocol.split_host_header(value)
-    return parsed is not None and protocol.names_this_machine(parsed[0])
+    device = f"a simulated CUDA device of {format_bytes(device_memory or DEFAULT_DEVICE_MEMORY)}"
+    if simulate:
+        return f"{device} (CPU tensors mirrored into fragviz's allocator model)"
+    if simulate is False:
+        return "the CUDA caching allocator"
+    return f"the CUDA caching allocator, or without CUDA {device}"
 
 
 def start_agent(port: int = 0, host: str = "127.0.0.1", token: str | None = None, record_history: bool = True,
@@ -297,27 +263,31 @@ def start_agent(port: int = 0, host: str = "127.0.0.1", token: str | None = None
     Without CUDA (or with `simulate=True`) the tensors this thread creates on the CPU from now on are
     mirrored into fragviz's allocator model as on a CUDA device of `device_memory` bytes (16 GiB by
     default), which raises PyTorch's OOM error where that device would run out. Binding to anything but
-    loopback needs a `token`. At exit the agent waits up to `linger` seconds for an unfetched OOM snapshot.
+    loopback needs a `token`. A port already taken is no error: the agent serves on the next free one
+    (`.port`, and one line on stderr). At exit the agent waits up to `linger` seconds for an unfetched OOM
+    snapshot.
     """
     token = token or None  # an empty token protects nothing: treated as none
-    if not protocol.names_this_machine(host) and not token:
-        raise AgentError(f"refusing to serve the live agent on {host} without a token: other machines could "
-                         "read this job's memory (pass token=..., or --token / FRAGVIZ_TOKEN)")
-    source = _source(simulate, record_history, max_entries, device_memory, alloc_conf, root_file)
+    check_host(host, token)
+    source = make_source(simulate, record_history, max_entries, device_memory, alloc_conf, root_file)
     try:
-        agent = Agent(source, host, port, token).start()
+        agent = Agent(host, port, token, describe(source.simulated, device_memory), simulate=source.simulated)
     except BaseException:
         source.close()
         raise
-    if isinstance(source, SimulatedSource):
-        source.install()
+    agent.attach(source)
+    install(source)
     atexit.register(agent.stop, linger)
+    agent.listening.wait(LISTEN_WAIT)
     return agent
 
 
-def _source(simulate: bool | None, record_history: bool, max_entries: int, device_memory: int | None,
-            alloc_conf: str | None, root_file: str | None) -> Source:
+def make_source(simulate: bool | None, record_history: bool, max_entries: int, device_memory: int | None,
+                alloc_conf: str | None, root_file: str | None) -> Any:
+    """The job's allocator (CUDA), or the simulated device where there is no CUDA or `simulate` says so."""
     import torch
+
+    from fragviz.live.sources import CudaSource, SimulatedSource
 
     if simulate is None:
         simulate = not torch.cuda.is_available()
@@ -325,3 +295,10 @@ def _source(simulate: bool | None, record_history: bool, max_entries: int, devic
         return SimulatedSource(device_memory or DEFAULT_DEVICE_MEMORY, alloc_conf, record_history, max_entries,
                                root_file)
     return CudaSource(record_history, max_entries)
+
+
+def install(source: Any) -> None:
+    """A simulated device starts mirroring the calling thread's tensors (the thread that runs the workload)."""
+    installer: Callable[[], None] | None = getattr(source, "install", None)
+    if installer is not None:
+        installer()

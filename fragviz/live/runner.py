@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fragviz.base.errors import UsageError
-from fragviz.base.units import cut, format_bytes
+from fragviz.base.units import cut
 
 
 def script_and_args(command: list[str], verb: str) -> list[str]:
@@ -97,12 +97,22 @@ def _target(args: list[str]) -> str | None:
 def run_command(command: list[str], port: int, host: str, token: str | None, device_memory: int | None,
                 alloc_conf: str | None, simulate: bool | None, max_entries: int, linger: float) -> int:
     """Become `python ...` with the agent started at its start (the boot folder's sitecustomize): the same
-    process, sys.argv, sys.path, __main__, traceback, exit status and signals as `python ...` alone."""
+    process, sys.argv, sys.path, __main__, traceback, exit status and signals as `python ...` alone. What is
+    wrong on the command line stops here, before the job; nothing found later stops the job."""
+    from fragviz.live.agent import check_host
+
     cmd = python_command(command)
+    token = token or None
+    check_host(host, token)
+    if alloc_conf is not None:
+        from fragviz.allocator.config import parse_alloc_conf
+
+        parse_alloc_conf(alloc_conf)
     spec = {"port": agent_port(port), "host": host, "token": token, "device_memory": device_memory,
             "alloc_conf": alloc_conf, "simulate": simulate, "max_entries": max_entries, "linger": linger,
             "root_file": os.path.abspath(cmd.script) if cmd.script else None,
-            "pythonpath": os.environ.get("PYTHONPATH"), "fragviz_root": _fragviz_root(cmd.interpreter)}
+            "pythonpath": os.environ.get("PYTHONPATH"), "fragviz_root": _fragviz_root(cmd.interpreter),
+            "server_python": sys.executable}
     env = dict(os.environ)
     env[SPEC_VARIABLE] = json.dumps(spec)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOT_DIR, spec["fragviz_root"], spec["pythonpath"]) if p)
@@ -124,27 +134,55 @@ def _fragviz_root(interpreter: str) -> str | None:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# What the agent needs in the job's interpreter besides the standard library and torch (the allocator model
+# imports numpy); checked at start, so an interpreter without it is told at once, not when the job imports torch
+AGENT_NEEDS = ("numpy",)
+
+
 def boot(spec: dict[str, Any]) -> None:
-    """In the job's interpreter, before its script: the agent started, PYTHONPATH and sys.path as the user left
-    them (so the job's own child processes, data loader workers among them, start no agent)."""
-    from fragviz.base.errors import FragvizError
-    from fragviz.live.agent import start_agent
+    """In the job's interpreter, before its script: the agent's server started (it says where it serves),
+    and the agent's source made when the job imports torch (a script that never does imports no torch and
+    almost nothing of fragviz). An interpreter that cannot run the agent ends here with one line and exit 2;
+    anything else that goes wrong leaves the job to run without the agent, with one line saying so."""
+    import importlib.util
 
+    missing = [name for name in AGENT_NEEDS if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"fragviz: the live agent cannot start in {sys.executable}: it needs {', '.join(missing)}, which "
+              "that interpreter does not have (install it there, or run `fragviz run -- python ...` to use "
+              "fragviz's own)", file=sys.stderr, flush=True)
+        os._exit(2)
     try:
-        agent = start_agent(spec["port"], spec["host"], spec["token"], max_entries=spec["max_entries"],
-                            simulate=spec["simulate"], device_memory=spec["device_memory"],
-                            alloc_conf=spec["alloc_conf"], root_file=spec["root_file"], linger=spec["linger"])
-    except FragvizError as exc:
-        print(f"fragviz: {exc}", file=sys.stderr, flush=True)
-        os._exit(exc.exit_code)
-    _announce(agent)
+        _start(spec)
+    except Exception as exc:
+        print(f"fragviz: the live agent could not start ({type(exc).__name__}: {exc}): the job runs without it",
+              file=sys.stderr, flush=True)
 
 
-def _announce(agent) -> None:
-    ranks = agent.ranks
-    who = f"rank {ranks['rank']} (local rank {ranks['local_rank']}), " if ranks["rank"] is not None else ""
-    source = agent.source
-    what = (f"a simulated CUDA device of {format_bytes(source.capacity)} (CPU tensors mirrored into "
-            "fragviz's allocator model)" if source.simulated else "the CUDA caching allocator")
-    print(f"fragviz: live agent for {who}pid {os.getpid()} serving {what} on {agent.url}", file=sys.stderr,
-          flush=True)
+def _start(spec: dict[str, Any]) -> None:
+    import atexit
+
+    from fragviz.live.agent import Agent, describe
+    from fragviz.live.watch import when_imported
+
+    agent = Agent(spec["host"], spec["port"], spec["token"], describe(spec["simulate"], spec["device_memory"]),
+                  server_python=spec.get("server_python"), simulate=spec["simulate"])
+    atexit.register(agent.stop, spec["linger"])
+
+    def on_torch(_torch: Any) -> None:
+        try:
+            _serve_torch(agent, spec)
+        except Exception as exc:  # never into the job's import of torch
+            print(f"fragviz: the live agent cannot watch torch's memory ({type(exc).__name__}: {exc}): it serves "
+                  "no device", file=sys.stderr, flush=True)
+
+    when_imported("torch", on_torch)
+
+
+def _serve_torch(agent: Any, spec: dict[str, Any]) -> None:
+    from fragviz.live.agent import install, make_source
+
+    source = make_source(spec["simulate"], True, spec["max_entries"], spec["device_memory"], spec["alloc_conf"],
+                         spec["root_file"])
+    agent.attach(source)
+    install(source)

@@ -12,18 +12,28 @@ import pickle
 import threading
 import time
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import Any, Iterator, Protocol
 
 from fragviz.model.metrics import expandable_page, fragmentation, free_scatter, stuck_in_gap
 from fragviz.live.nvml import Nvml
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What the job sends its agent's server for a snapshot: a header (JSON) and a payload (bytes, or a
+    mapping the agent closes once sent unless `keep`)."""
+    header: dict[str, Any]
+    payload: Any = b""
+    keep: bool = False
+
+
 class Source(Protocol):
     simulated: bool
 
     def device_stats(self) -> list[dict[str, Any]]: ...
-    def snapshot(self, trace: bool) -> bytes: ...
-    def oom_snapshot(self) -> bytes | None: ...
+    def snapshot(self, trace: bool) -> Answer: ...
+    def oom_snapshot(self) -> Answer | None: ...
     @property
     def oom_count(self) -> int: ...
     def state(self) -> list[dict[str, Any]]: ...
@@ -117,7 +127,8 @@ class SimulatedSource:
                  root_file: str | None = None) -> None:
         from fragviz.allocator.recorder import SimulatedDevice
 
-        self._oom: bytes | None = None
+        self._oom: tuple[Any, dict[str, Any], int] | None = None  # (the state copied, provenance, its number)
+        self._sent = (0, 0)  # frames and stacks sent to the agent's server so far
         self.oom_count = 0  # OOM snapshots taken so far
         self.device = SimulatedDevice(device_memory, alloc_conf, root_file, record=record_history,
                                       max_entries=max_entries, on_oom=self._on_oom)
@@ -138,8 +149,11 @@ class SimulatedSource:
         self._installed_on = threading.get_ident()
 
     def _on_oom(self, message: str) -> None:
-        self._oom = _dumps(self.device.snapshot(self._provenance(message), close=False))
+        # under the device's lock, on the job's thread: only the copy (the server builds the snapshot)
+        old, self._oom = self._oom, (self.device.packed_state(True), self._provenance(message), self.oom_count + 1)
         self.oom_count += 1
+        if old is not None and old[0].trace is not None:
+            old[0].trace.close()
 
     def _provenance(self, oom_message: str | None = None) -> dict[str, Any]:
         from fragviz.allocator.recorder import simulated_provenance
@@ -165,17 +179,29 @@ class SimulatedSource:
                      "num_device_free": a.num_device_free, "gpu_uuid": None, "gpu_index": None}
         return [stats]
 
-    def snapshot(self, trace: bool) -> bytes:
-        with _no_collection():
-            return _dumps(self.device.snapshot(self._provenance(), close=False, trace=trace, pause=_let_the_job_run))
+    def snapshot(self, trace: bool) -> Answer:
+        """The state copied under the lock (a few milliseconds): the agent's server builds the snapshot."""
+        return self._answer(self.device.packed_state(trace), self._provenance())
+
+    def _answer(self, state: Any, provenance: dict[str, Any], **extra: Any) -> Answer:
+        """A packed state, with the frames and stacks interned since the last one sent (the server keeps them)."""
+        frames, stacks = self.device.frames_since(self._sent[0], self._sent[1])
+        header = {"format": "packed", "device": state.device, "settings": state.settings, "provenance": provenance,
+                  "segments": state.segments, "frames_from": self._sent[0], "stacks_from": self._sent[1],
+                  "frames": [[f.filename, f.line, f.name] for f in frames], "stacks": stacks, **extra}
+        self._sent = (self._sent[0] + len(frames), self._sent[1] + len(stacks))
+        return Answer(header, state.trace if state.trace is not None else b"", keep=bool(extra))
 
     @property
     def lock_seconds(self) -> float:
         """How long the last snapshot held the lock the job's allocations wait on."""
         return self.device.lock_seconds
 
-    def oom_snapshot(self) -> bytes | None:
-        return self._oom
+    def oom_snapshot(self) -> Answer | None:
+        if self._oom is None:
+            return None
+        state, provenance, count = self._oom
+        return self._answer(state, provenance, count=count)
 
     def state(self) -> list[dict[str, Any]]:
         from fragviz.allocator.state import allocator_segments
@@ -283,14 +309,19 @@ class CudaSource:
         uuid = getattr(self.torch.cuda.get_device_properties(device), "uuid", None)
         return None if uuid is None else (str(uuid) if str(uuid).startswith("GPU-") else f"GPU-{uuid}")
 
-    def snapshot(self, trace: bool) -> bytes:
-        data = self.torch.cuda.memory._snapshot()
-        if not trace:
-            data["device_traces"] = [[] for _ in data.get("device_traces", ())]
-        return _dumps(data)
+    def snapshot(self, trace: bool) -> Answer:
+        """PyTorch builds the snapshot's objects itself, in the job's process; they are pickled here a frame
+        at a time (the job's thread runs between frames) and the server only passes the bytes on."""
+        with _no_collection():
+            data = self.torch.cuda.memory._snapshot()
+            if not trace:
+                data["device_traces"] = [[] for _ in data.get("device_traces", ())]
+            return Answer({"format": "pickle"}, _dumps(data))
 
-    def oom_snapshot(self) -> bytes | None:
-        return self._oom
+    def oom_snapshot(self) -> Answer | None:
+        if self._oom is None:
+            return None
+        return Answer({"format": "pickle", "count": self.oom_count}, self._oom, keep=True)
 
     def state(self) -> list[dict[str, Any]]:
         if not self.torch.cuda.is_initialized():

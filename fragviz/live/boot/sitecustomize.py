@@ -2,7 +2,8 @@
 
 The agent's settings come in FRAGVIZ_RUN, which is removed, and PYTHONPATH and sys.path are put back as the
 user had them, so the job sees nothing of this and its own child processes start no agent. A sitecustomize
-of the user's own, further along the path, is then imported as Python would have.
+of the user's own, further along the path, is then imported as Python would have. An interpreter that cannot
+run the agent ends here, with one line and exit status 2, before the job; nothing else stops the job.
 """
 import importlib.machinery
 import importlib.util
@@ -42,7 +43,7 @@ def _boot() -> None:
                                                # imports parts of fragviz as it needs them
     try:
         from fragviz.live.runner import boot
-    except ImportError as exc:
+    except Exception as exc:  # not installed there, or a Python too old to read fragviz
         print(f"fragviz: the live agent cannot start in {sys.executable} ({exc}): install fragviz in that "
               "environment, or run `fragviz run -- python ...` to use fragviz's own", file=sys.stderr, flush=True)
         os._exit(2)

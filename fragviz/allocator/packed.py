@@ -1,0 +1,100 @@
+"""A recording allocator's trace, packed: eight 64-bit integers an entry in one array, not a dict an entry.
+
+A live job keeps up to twice `max_entries` trace entries for as long as it runs. As dicts they took some
+400 bytes each (80 MB for 200,000) and a snapshot had to walk them in the job's process; packed they take 64
+bytes, and a snapshot copies them with one memory copy (`to_bytes`) under the allocator's lock. The agent's
+server process turns the bytes back into PyTorch's trace entries (`unpack`), outside the job.
+
+Standard library only (the allocator model aside): the server process reads what the job wrote.
+"""
+from __future__ import annotations
+
+import mmap
+from array import array
+from typing import Any, Iterator
+
+from fragviz.allocator.sim import DeviceAllocator
+
+ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
+           "segment_unmap", "oom")
+FIELDS = ("action", "addr", "size", "stream", "stack", "event", "time_us", "device_free")
+WIDTH = len(FIELDS)
+ABSENT = -1  # an entry without an address (an oom), a time or a device_free: the key is left out
+_CODES = {name: i for i, name in enumerate(ACTIONS)}
+
+
+class PackedTrace:
+    """Trace entries in one array of int64, WIDTH a row. Iterates as PyTorch-format entry dicts (with the
+    simulator's `stack` and `event`), supports `len` and dropping the oldest entries (`del trace[:n]`)."""
+
+    def __init__(self) -> None:
+        self.data = array("q")
+
+    def add(self, action: str, addr: int | None, size: int, stream: int, stack: int, event: int,
+            time_us: int | None, device_free: int | None) -> None:
+        self.data.extend((_CODES[action], ABSENT if addr is None else addr, size, stream, stack, event,
+                          ABSENT if time_us is None else time_us, ABSENT if device_free is None else device_free))
+
+    def append(self, entry: dict[str, Any]) -> None:
+        self.add(entry["action"], entry.get("addr"), entry["size"], entry["stream"], entry.get("stack", -1),
+                 entry.get("event", 0), entry.get("time_us"), entry.get("device_free"))
+
+    def __len__(self) -> int:
+        return len(self.data) // WIDTH
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return unpack(self.data)
+
+    def __delitem__(self, key: slice) -> None:
+        if not isinstance(key, slice) or key.start not in (None, 0) or key.step not in (None, 1):
+            raise TypeError("a packed trace drops only its oldest entries: del trace[:n]")
+        stop = len(self) if key.stop is None else max(0, min(len(self), key.stop))
+        del self.data[:stop * WIDTH]
+
+    def to_bytes(self) -> bytes:
+        """The entries as raw bytes (native int64): one memory copy."""
+        return self.data.tobytes()
+
+    def copy(self) -> mmap.mmap | None:
+        """The entries as raw bytes in a mapping of their own (None when there are none): one memory copy, and
+        `close()` gives the memory back to the system at once (a bytes object of this size may stay in the
+        process's heap after it is freed)."""
+        if not self.data:
+            return None
+        view = memoryview(self.data).cast("B")
+        out = mmap.mmap(-1, len(view))
+        out[:] = view
+        return out
+
+
+def unpack(data: array | bytes | memoryview) -> Iterator[dict[str, Any]]:
+    """PyTorch-format trace entries (with `stack` and `event`) from packed int64 rows."""
+    if not isinstance(data, array):
+        raw, data = data, array("q")
+        data.frombytes(raw)
+    if len(data) % WIDTH:
+        raise ValueError(f"a packed trace of {len(data)} numbers is not rows of {WIDTH}")
+    for i in range(0, len(data), WIDTH):
+        action, addr, size, stream, stack, event, time_us, device_free = data[i:i + WIDTH]
+        entry: dict[str, Any] = {"action": ACTIONS[action], "size": size, "stream": stream, "stack": stack,
+                                 "event": event}
+        if addr != ABSENT:
+            entry["addr"] = addr
+        if device_free != ABSENT:
+            entry["device_free"] = device_free
+        if time_us != ABSENT:
+            entry["time_us"] = time_us
+        yield entry
+
+
+class PackedAllocator(DeviceAllocator):
+    """The allocator model with its trace packed (a recording of a live or captured workload)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.trace: PackedTrace = PackedTrace()  # type: ignore[assignment]
+
+    def _trace(self, action: str, addr: int | None, size: int, stream: int, stack: int, **extra: int) -> None:
+        if self.record:
+            self.trace.add(action, addr, size, stream, stack, self.event,
+                           self.clock() if self.clock is not None else None, extra.get("device_free"))

@@ -1,0 +1,129 @@
+"""The server process's side of the link to its job: asks, answers by id, and snapshots built from the copy.
+
+Many request threads ask the job at once; one reader thread hands each answer to the thread that asked.
+An ask the job does not answer in time is given up (its late answer is dropped). A packed snapshot (a
+simulated device's state as the job copied it, fragviz.allocator.recorder.PackedState) is built and pickled
+here, in the server's process, with the frames and stacks the job sent so far mirrored (the reader thread
+adds each message's new ones, in the order the job sent them).
+"""
+from __future__ import annotations
+
+import itertools
+import pickle
+import socket
+import threading
+from typing import Any
+
+from fragviz.live import link
+
+
+class JobGone(ConnectionError):
+    """The job has ended (or closed its link): nothing more can be asked."""
+
+
+class JobLink:
+    """Asks to the job over `sock`; `start()` runs the reader thread, `gone` is set when the job has ended."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.gone = threading.Event()
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, list[Any]] = {}  # id -> [event, answer]
+        self.mirror = FrameMirror()
+
+    def start(self) -> "JobLink":
+        threading.Thread(target=self._read, name="fragviz-server-link", daemon=True).start()
+        return self
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message = link.receive(self.sock)
+                if message is None:
+                    break
+                header, payload = message
+                if "frames_from" in header:  # in the order the job sent them, whoever asked and waits or not
+                    header["tables"] = self.mirror.update(header)
+                with self._lock:
+                    slot = self._waiting.pop(header.get("id"), None)
+                if slot is not None:
+                    slot[1] = (header, payload)
+                    slot[0].set()
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.gone.set()
+            with self._lock:
+                for slot in self._waiting.values():
+                    slot[0].set()  # with no answer: the asker sees the job gone
+                self._waiting.clear()
+
+    def ask(self, op: str, timeout: float, **params: Any) -> tuple[dict[str, Any], bytes]:
+        """The job's answer to `op` (TimeoutError when it takes longer than `timeout`, JobGone once it ended)."""
+        if self.gone.is_set():
+            raise JobGone("the job has ended")
+        event, number = threading.Event(), next(self._ids)
+        slot: list[Any] = [event, None]
+        with self._lock:
+            self._waiting[number] = slot
+        try:
+            link.send(self.sock, {"id": number, "op": op, **params}, lock=self._send_lock)
+        except OSError:
+            raise JobGone("the job has ended") from None
+        if not event.wait(timeout):
+            with self._lock:
+                self._waiting.pop(number, None)
+            raise TimeoutError(f"the job did not answer within {timeout:.0f} s")
+        if slot[1] is None:
+            raise JobGone("the job has ended")
+        header, payload = slot[1]
+        if header.get("error"):
+            raise RuntimeError(str(header["error"])[:300])
+        return header, payload
+
+    def tell(self, op: str, **params: Any) -> None:
+        """Something the job wants no answer to."""
+        try:
+            link.send(self.sock, {"op": op, **params}, lock=self._send_lock)
+        except OSError:
+            pass
+
+
+class FrameMirror:
+    """The job's interned frames and stacks, as far as it has sent them (it sends each only once)."""
+
+    def __init__(self) -> None:
+        self.frames: list[Any] = []
+        self.stacks: list[tuple[int, ...]] = []
+        self._lock = threading.Lock()
+
+    def update(self, header: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[tuple[int, ...], ...]]:
+        """Add the frames and stacks this message brings (messages in the order the job sent them); the whole
+        tables, as of it."""
+        from fragviz.model import Frame
+
+        with self._lock:
+            if header["frames_from"] != len(self.frames) or header["stacks_from"] != len(self.stacks):
+                raise RuntimeError("the job's frames and the server's copy of them disagree")
+            self.frames.extend(Frame(str(f), int(line), str(name)) for f, line, name in header["frames"])
+            self.stacks.extend(tuple(s) for s in header["stacks"])
+            return tuple(self.frames), tuple(self.stacks)
+
+
+def snapshot_blob(header: dict[str, Any], payload: bytes) -> bytes:
+    """The snapshot as the job's answer holds it: pickled by the job (a CUDA device), or built and pickled
+    here from the packed copy of a simulated device (protocol 4: what PyTorch's viewer and fragviz read)."""
+    if header.get("format") == "pickle":
+        return payload
+    from fragviz.allocator.packed import unpack
+    from fragviz.allocator.state import CopiedState, build_snapshot
+
+    frames, stacks = header["tables"]
+    segments = header["segments"]
+    for seg in segments:
+        seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
+    trace = list(unpack(payload)) if payload else []
+    state = CopiedState(segments, [(int(header["device"]), trace)], header["settings"])
+    return pickle.dumps(build_snapshot(state, frames, stacks, header["provenance"]), protocol=4)

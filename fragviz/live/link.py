@@ -1,0 +1,71 @@
+"""The link between a job and its agent's server process: framed messages over a Unix socket pair.
+
+A message is a JSON header (a dict) and a binary payload: 12 bytes (the header's length, the payload's
+length, network order), then the header, then the payload. The server asks (`{"id": n, "op": ...}`); the job
+answers each ask with the same id; either side may also tell the other something that wants no answer (no
+id). A side whose peer has gone reads None (end of file) and stops.
+
+Standard library only: the job's side runs inside someone's training job.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+from typing import Any
+
+_PREFIX = struct.Struct("!IQ")
+MAX_HEADER = 64 << 20   # a header carries segments as JSON: a few MB for a real job
+MAX_PAYLOAD = 1 << 36   # a packed trace or a pickled snapshot; what a job sends its own server
+
+
+class LinkClosed(ConnectionError):
+    """The other side of the link has gone (its process ended, or it closed the link)."""
+
+
+def send(sock: socket.socket, header: dict[str, Any], payload: bytes = b"", lock: threading.Lock | None = None) -> None:
+    """One message (whole, under `lock` when several threads send on `sock`)."""
+    head = json.dumps(header, separators=(",", ":")).encode()
+    if lock is None:
+        _send(sock, head, payload)
+    else:
+        with lock:
+            _send(sock, head, payload)
+
+
+def _send(sock: socket.socket, head: bytes, payload: bytes) -> None:
+    sock.sendall(_PREFIX.pack(len(head), len(payload)) + head)
+    if payload:
+        sock.sendall(payload)  # the socket's own sends: the job's other threads run meanwhile
+
+
+def receive(sock: socket.socket) -> tuple[dict[str, Any], bytes] | None:
+    """The next message, or None when the other side has gone. A message that breaks the framing raises
+    LinkClosed (the two sides are one program: it cannot be trusted any further)."""
+    prefix = _exactly(sock, _PREFIX.size)
+    if prefix is None:
+        return None
+    head_len, payload_len = _PREFIX.unpack(prefix)
+    if head_len > MAX_HEADER or payload_len > MAX_PAYLOAD:
+        raise LinkClosed(f"a message of {head_len:,} + {payload_len:,} bytes is past the link's limits")
+    head = _exactly(sock, head_len)
+    payload = _exactly(sock, payload_len) if payload_len else b""
+    if head is None or payload is None:
+        raise LinkClosed("the link closed in the middle of a message")
+    header = json.loads(head)
+    if not isinstance(header, dict):
+        raise LinkClosed("a message whose header is not an object")
+    return header, payload
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], min(n - got, 1 << 20))
+        if k == 0:
+            return None
+        got += k
+    return bytes(buf)
