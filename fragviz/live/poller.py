@@ -67,6 +67,7 @@ class TargetPoller:
         self._thread: threading.Thread | None = None
         self._waiting_logged = False
         self._last_sample: float | None = None  # the agent's time of the last sample recorded
+        self._gap_pending = False  # a gap to mark on the next sample row (the last poll had no device to mark it on)
         self._refusing: set[str] = set()  # what was last refused (stats, state): said once until a good one
         self._state_digest: bytes | None = None
 
@@ -138,8 +139,10 @@ class TargetPoller:
         except NotAnAgent as exc:
             self._refused_answer(exc, "stats")
             return True
-        gap = self._came_back(stats) or self._hole_before(stats["time"])
+        gap = self._came_back(stats) or self._hole_before(stats["time"]) or self._gap_pending
         self.recorder.record(self.attachment_id, stats, gap)
+        # a job that has not imported torch yet has no devices, so no sample row: the gap waits for the first
+        self._gap_pending = gap and not stats["devices"]
         self._last_sample = stats["time"]
         self.status.polls += 1
         self._refusing.discard("stats")

@@ -129,7 +129,7 @@ def run_command(command: list[str], port: int, host: str, token: str | None, dev
 
 def _fragviz_root(interpreter: str) -> str | None:
     """The folder holding fragviz, for an interpreter other than fragviz's own (it may not have it installed)."""
-    if os.path.realpath(interpreter) == os.path.realpath(sys.executable):
+    if os.path.abspath(interpreter) == os.path.abspath(sys.executable):
         return None
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

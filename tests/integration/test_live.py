@@ -353,6 +353,7 @@ def test_under_torchrun_each_rank_serves_on_port_plus_local_rank(tmp_path):
     try:
         for local in (0, 1):
             wait_for(lambda: answers(port + local), f"rank {local} on port {port + local}", (run,))
+        wait_for(lambda: run.stdout().count("step ") >= 2, "both ranks to import torch and train", (run,))
         stats = [json.loads(get(port + local, "/v1/stats")[1]) for local in (0, 1)]
         pids = [s["pid"] for s in stats]
         for local, s in enumerate(stats):
@@ -484,7 +485,10 @@ def check_stats_shape(stats: dict[str, Any], pid: int) -> dict[str, Any]:
     assert stats["simulated"] is True
     assert stats["rank"] is None and stats["local_rank"] is None and stats["world_size"] is None
     assert set(stats["agent"]) == {"polls", "cpu_seconds", "errors", "snapshots", "snapshot_lock_seconds",
-                                   "state_walk_seconds"}
+                                   "state_walk_seconds", "torch_imported", "port", "requested_port",
+                                   "server_cpu_seconds"}
+    assert stats["agent"]["torch_imported"] is True and stats["agent"]["port"] == stats["agent"]["requested_port"]
+    assert type(stats["agent"]["server_cpu_seconds"]) is float and stats["agent"]["server_cpu_seconds"] > 0
     assert type(stats["agent"]["snapshots"]) is int and stats["agent"]["snapshot_lock_seconds"] >= 0
     assert type(stats["agent"]["polls"]) is int and stats["agent"]["polls"] >= 1
     assert type(stats["agent"]["cpu_seconds"]) is float and stats["agent"]["cpu_seconds"] >= 0

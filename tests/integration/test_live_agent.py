@@ -144,17 +144,36 @@ def test_the_agent_answers_its_loopback_names(agent, host):
     assert agent_request(agent, "GET", "/v1/stats", {"Host": host.format(port=agent.port)})[0] == 200
 
 
+def in_threads(calls: list) -> tuple[list, list[threading.Thread]]:
+    """Start each call on its own thread; (their results as they come, the threads)."""
+    results: list = []
+    threads = [threading.Thread(target=lambda c=c: results.append(c()), daemon=True) for c in calls]
+    for t in threads:
+        t.start()
+    return results, threads
+
+
 def test_beyond_its_slots_the_agent_says_503_and_when_to_retry(agent):
-    taken = 0
-    while agent.slots.acquire(blocking=False):  # every request slot busy
-        taken += 1
-    try:
-        status, headers, _ = agent_request(agent, "GET", "/v1/stats")
-        assert status == 503 and int(headers["Retry-After"]) > 0
-    finally:
-        for _ in range(taken):
-            agent.slots.release()
+    """While the job cannot answer (its allocator's lock held), requests past the server's slots are 503 at
+    once; those in the slots are answered once the job can."""
+    from fragviz.live.handler import MAX_CONCURRENT
+
+    with agent.source.device.lock:
+        done, threads = in_threads([lambda: agent_request(agent, "GET", "/v1/state")] * (MAX_CONCURRENT + 2))
+        wait_until(lambda: len(done) == 2, "the requests past the slots to be refused")
+        assert [status for status, _, _ in done] == [503, 503] and all(int(h["Retry-After"]) > 0 for _, h, _ in done)
+    for t in threads:
+        t.join(30)
+    assert [status for status, _, _ in done[2:]] == [200] * MAX_CONCURRENT
     assert agent_request(agent, "GET", "/v1/stats")[0] == 200
+
+
+def wait_until(condition, what: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {seconds:.0f} s for {what}")
+        time.sleep(0.02)
 
 
 def test_a_token_agent_takes_only_a_bearer_header_and_logs_nothing(capfd):
@@ -193,61 +212,77 @@ def test_the_agent_serves_loopback_names_without_a_token(host):
 
 # -- snapshots that do not stall the job ----------------------------------------------------------------------
 
-def test_a_snapshot_holds_the_jobs_lock_only_to_copy_the_state(agent, monkeypatch):
-    """While the snapshot is built and pickled (build_snapshot), the job can take the allocator's lock: it would
-    allocate, not wait. The copy under the lock is what the agent reports."""
-    from fragviz.allocator import recorder
+def test_the_job_only_copies_its_state_and_the_server_builds_the_snapshot(agent, monkeypatch):
+    """The snapshot is built and pickled in the agent's server process: with the builder and pickle's dumps
+    broken in the job's process, the snapshot still comes, complete. The copy under the lock is what the agent
+    reports."""
+    from fragviz.allocator import state
 
     held = [torch.empty(MiB, dtype=torch.uint8) for _ in range(50)]  # a trace and blocks with stacks
-    device = agent.source.device
-    free_while_built: list[bool] = []
-    real_build = recorder.build_snapshot
 
-    def build(*args, **kwargs):
-        other = threading.Thread(target=lambda: free_while_built.append(device.lock.acquire(timeout=10)
-                                                                        and (device.lock.release() or True)))
-        other.start()
-        other.join()
-        return real_build(*args, **kwargs)
+    def broken(*args, **kwargs):
+        raise AssertionError("the snapshot was built in the job's process")
 
-    monkeypatch.setattr(recorder, "build_snapshot", build)
+    monkeypatch.setattr(state, "build_snapshot", broken)
+    monkeypatch.setattr(pickle, "dumps", broken)
+    monkeypatch.setattr(pickle, "Pickler", broken)
     blob = urllib.request.urlopen(agent.url + "/v1/snapshot?trace=1", timeout=30).read()
-    assert free_while_built == [True]
+    monkeypatch.undo()
     data = pickle.loads(blob)
-    assert len(data["device_traces"][0]) >= 50 and data["segments"]
+    device = agent.source.device
+    assert len(data["device_traces"][0]) == len(device.alloc.trace) >= 50 and data["segments"]
+    live = sorted(b["size"] for s in data["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+    assert live.count(MiB) == 50
+    assert all(any(f["filename"] == __file__ for f in b["frames"]) for s in data["segments"] for b in s["blocks"]
+               if b["state"] == "active_allocated" and b["size"] == MiB)
     stats = json.loads(urllib.request.urlopen(agent.url + "/v1/stats", timeout=10).read())["agent"]
     assert stats["snapshots"] == 1 and 0 < stats["snapshot_lock_seconds"] == round(device.lock_seconds, 6)
     del held
 
 
-def test_a_snapshot_without_its_trace_never_touches_the_trace(agent):
+def test_frames_are_sent_once_and_every_snapshot_has_them_all(agent):
+    """The job sends each interned frame and stack to its server once; later snapshots still carry them all."""
+    first = torch.empty(MiB, dtype=torch.uint8)
+    one = pickle.loads(urllib.request.urlopen(agent.url + "/v1/snapshot", timeout=30).read())
+    sent = agent.source._sent
+    second = torch.empty(2 * MiB, dtype=torch.uint8)  # a new line: a new stack
+    two = pickle.loads(urllib.request.urlopen(agent.url + "/v1/snapshot", timeout=30).read())
+    assert agent.source._sent[1] > sent[1]
+    for data in (one, two):
+        allocs = [e for e in data["device_traces"][0] if e["action"] == "alloc"]
+        assert allocs and all(any(f["filename"] == __file__ for f in e["frames"]) for e in allocs)
+    lines = {f["line"] for e in two["device_traces"][0] if e["action"] == "alloc" for f in e["frames"]
+             if f["filename"] == __file__}
+    assert len(lines) == 2
+    del first, second
+
+
+def test_a_snapshot_without_its_trace_never_copies_the_trace(agent):
     held = torch.empty(MiB, dtype=torch.uint8)
+    trace = agent.source.device.alloc.trace
 
-    class Untouchable(list):
-        def __iter__(self):
-            raise AssertionError("the trace was read")
+    def untouchable():
+        raise AssertionError("the trace was copied")
 
-    alloc = agent.source.device.alloc
-    alloc.trace = Untouchable(alloc.trace)
+    trace.copy = untouchable
     try:
         data = pickle.loads(urllib.request.urlopen(agent.url + "/v1/snapshot?trace=0", timeout=30).read())
     finally:
-        alloc.trace = list(list.__iter__(alloc.trace))
+        del trace.copy
     assert data["device_traces"] == [[]] and any(b["size"] == MiB for s in data["segments"] for b in s["blocks"])
     del held
 
 
-def test_one_snapshot_at_a_time_and_stats_and_metrics_never_wait_for_it(agent):
-    """A second snapshot while one is built is 503 with Retry-After at once; stats and metrics are answered."""
-    assert agent.snapshot_slot.acquire(blocking=False)  # a snapshot being built
-    try:
-        status, headers, _ = agent_request(agent, "GET", "/v1/snapshot")
-        assert status == 503 and headers["Retry-After"] == "5"
-        assert agent_request(agent, "GET", "/v1/stats")[0] == 200
-        assert agent_request(agent, "GET", "/metrics")[0] == 200
-    finally:
-        agent.snapshot_slot.release()
-    assert agent_request(agent, "GET", "/v1/snapshot?trace=0")[0] == 200
+def test_one_snapshot_at_a_time_and_the_next_is_answered(agent):
+    """A second snapshot while one is being taken (the job's lock held: its copy waits) is 503 with
+    Retry-After at once; the first is answered once the job can copy."""
+    with agent.source.device.lock:
+        done, threads = in_threads([lambda: agent_request(agent, "GET", "/v1/snapshot?trace=0")] * 2)
+        wait_until(lambda: len(done) == 1, "the second snapshot to be refused")
+        assert done[0][0] == 503 and done[0][1]["Retry-After"] == "5"
+    threads[0].join(30)
+    threads[1].join(30)
+    assert done[1][0] == 200 and pickle.loads(done[1][2])["segments"] is not None
 
 
 def test_a_hole_in_the_series_is_marked_as_a_gap(agent, tmp_path):
