@@ -29,11 +29,13 @@ class PackedTrace:
 
     def __init__(self) -> None:
         self.data = array("q")
+        self.appended = 0  # entries ever added (dropping old ones does not lower it): where a reader left off
 
     def add(self, action: str, addr: int | None, size: int, stream: int, stack: int, event: int,
             time_us: int | None, device_free: int | None) -> None:
         self.data.extend((_CODES[action], ABSENT if addr is None else addr, size, stream, stack, event,
                           ABSENT if time_us is None else time_us, ABSENT if device_free is None else device_free))
+        self.appended += 1
 
     def append(self, entry: dict[str, Any]) -> None:
         self.add(entry["action"], entry.get("addr"), entry["size"], entry["stream"], entry.get("stack", -1),
@@ -55,16 +57,34 @@ class PackedTrace:
         """The entries as raw bytes (native int64): one memory copy."""
         return self.data.tobytes()
 
-    def copy(self) -> mmap.mmap | None:
-        """The entries as raw bytes in a mapping of their own (None when there are none): one memory copy, and
-        `close()` gives the memory back to the system at once (a bytes object of this size may stay in the
-        process's heap after it is freed)."""
-        if not self.data:
-            return None
-        view = memoryview(self.data).cast("B")
+    def copy(self, since: int = 0) -> tuple[mmap.mmap | None, int]:
+        """The entries added after the first `since` ever added (all of them still kept, when fewer are), as raw
+        bytes in a mapping of their own (None when there are none), and how many: one memory copy, and `close()`
+        gives the memory back to the system at once (a bytes object this size may stay in the process's heap)."""
+        new = min(len(self), max(0, self.appended - since))
+        if not new:
+            return None, 0
+        view = memoryview(self.data)[len(self.data) - new * WIDTH:].cast("B")
         out = mmap.mmap(-1, len(view))
         out[:] = view
-        return out
+        return out, new
+
+
+class TraceMirror:
+    """A reader's copy of a packed trace, kept up to date from what was added since the last copy (`update`)."""
+
+    def __init__(self) -> None:
+        self.data = array("q")
+
+    def update(self, new: bytes | memoryview, length: int) -> array:
+        """Add the new rows, drop the oldest until `length` are left (as the trace did); a copy of the rows."""
+        self.data.frombytes(new)
+        if len(self.data) % WIDTH:
+            raise ValueError(f"a packed trace of {len(self.data)} numbers is not rows of {WIDTH}")
+        extra = len(self.data) // WIDTH - length
+        if extra > 0:
+            del self.data[:extra * WIDTH]
+        return array("q", self.data)
 
 
 def unpack(data: array | bytes | memoryview) -> Iterator[dict[str, Any]]:

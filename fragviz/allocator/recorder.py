@@ -172,15 +172,17 @@ class SimulatedDevice:
             self.lock_seconds = time.perf_counter() - started
         return build_snapshot(state, frames, stacks, provenance, pause)
 
-    def packed_state(self, trace: bool = True) -> "PackedState":
+    def packed_state(self, trace: bool = True, since: int = 0) -> "PackedState":
         """What a snapshot needs, copied under the lock in O(segments + blocks) plus one memory copy of the
-        packed trace: the live agent hands it to its server process, which builds the snapshot there."""
-        started = time.perf_counter()
+        trace entries added after the first `since` ever added (all with `since=0`): the live agent hands it to
+        its server process, which keeps the rest from earlier copies and builds the snapshot there."""
         with self.lock:
+            started = time.perf_counter()  # held from here: waiting for it (and for the GIL) costs the job nothing
             segments = allocator_segments(self.alloc)
-            packed = self.alloc.trace.copy() if trace else None
+            packed, new = self.alloc.trace.copy(since) if trace else (None, 0)
+            length, appended = len(self.alloc.trace), self.alloc.trace.appended
             self.lock_seconds = time.perf_counter() - started
-        return PackedState(self.alloc.device, segments, packed, self.alloc.settings.as_dict())
+        return PackedState(self.alloc.device, segments, packed, new, length, appended, self.alloc.settings.as_dict())
 
     def frames_since(self, frames: int, stacks: int) -> tuple[list[Frame], list[tuple[int, ...]]]:
         """The frames and stacks interned after the first `frames` and `stacks` (the interner only appends)."""
@@ -190,11 +192,15 @@ class SimulatedDevice:
 
 @dataclass(frozen=True)
 class PackedState:
-    """A simulated device's state as copied for a snapshot: its segments (blocks with stack ids), its trace
-    packed (fragviz.allocator.packed; None without it: close it once sent), its settings."""
+    """A simulated device's state as copied for a snapshot: its segments (blocks with stack ids), the newest
+    `new` of its `length` trace entries packed (fragviz.allocator.packed; None without: close it once sent),
+    how many entries were ever added when it was copied, and its settings."""
     device: int
     segments: list[dict[str, Any]]
     trace: Any
+    new: int
+    length: int
+    appended: int
     settings: dict[str, Any]
 
 

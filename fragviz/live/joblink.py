@@ -32,6 +32,7 @@ class JobLink:
         self._ids = itertools.count(1)
         self._waiting: dict[int, list[Any]] = {}  # id -> [event, answer]
         self.mirror = FrameMirror()
+        self.trace_mirror: Any = None  # the job's trace as far as deltas brought it (allocator.packed.TraceMirror)
 
     def start(self) -> "JobLink":
         threading.Thread(target=self._read, name="fragviz-server-link", daemon=True).start()
@@ -46,6 +47,7 @@ class JobLink:
                 header, payload = message
                 if "frames_from" in header:  # in the order the job sent them, whoever asked and waits or not
                     header["tables"] = self.mirror.update(header)
+                    header["rows"] = self._rows(header, payload)
                 with self._lock:
                     slot = self._waiting.pop(header.get("id"), None)
                 if slot is not None:
@@ -59,6 +61,17 @@ class JobLink:
                 for slot in self._waiting.values():
                     slot[0].set()  # with no answer: the asker sees the job gone
                 self._waiting.clear()
+
+    def _rows(self, header: dict[str, Any], payload: bytes) -> Any:
+        """The trace rows of a packed snapshot: the mirror brought up to date by a delta, the payload itself
+        (an OOM's whole trace, copied when it happened), or none."""
+        from fragviz.allocator.packed import TraceMirror
+
+        if header.get("trace") == "delta":
+            if self.trace_mirror is None:
+                self.trace_mirror = TraceMirror()
+            return self.trace_mirror.update(payload, int(header["trace_length"]))
+        return payload if header.get("trace") == "full" else b""
 
     def ask(self, op: str, timeout: float, **params: Any) -> tuple[dict[str, Any], bytes]:
         """The job's answer to `op` (TimeoutError when it takes longer than `timeout`, JobGone once it ended)."""
@@ -124,6 +137,7 @@ def snapshot_blob(header: dict[str, Any], payload: bytes) -> bytes:
     segments = header["segments"]
     for seg in segments:
         seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
-    trace = list(unpack(payload)) if payload else []
+    rows = header["rows"]
+    trace = list(unpack(rows)) if len(rows) else []
     state = CopiedState(segments, [(int(header["device"]), trace)], header["settings"])
     return pickle.dumps(build_snapshot(state, frames, stacks, header["provenance"]), protocol=4)

@@ -129,6 +129,7 @@ class SimulatedSource:
 
         self._oom: tuple[Any, dict[str, Any], int] | None = None  # (the state copied, provenance, its number)
         self._sent = (0, 0)  # frames and stacks sent to the agent's server so far
+        self._sent_appended = 0  # trace entries ever added when the last trace was sent (the server has them)
         self.oom_count = 0  # OOM snapshots taken so far
         self.device = SimulatedDevice(device_memory, alloc_conf, root_file, record=record_history,
                                       max_entries=max_entries, on_oom=self._on_oom)
@@ -180,15 +181,21 @@ class SimulatedSource:
         return [stats]
 
     def snapshot(self, trace: bool) -> Answer:
-        """The state copied under the lock (a few milliseconds): the agent's server builds the snapshot."""
-        return self._answer(self.device.packed_state(trace), self._provenance())
+        """The state copied under the lock, with only the trace entries added since the last snapshot (the
+        agent's server keeps the rest): the server builds the snapshot."""
+        state = self.device.packed_state(trace, since=self._sent_appended)
+        if trace:
+            self._sent_appended = state.appended
+        return self._answer(state, self._provenance(), "delta" if trace else "none")
 
-    def _answer(self, state: Any, provenance: dict[str, Any], **extra: Any) -> Answer:
-        """A packed state, with the frames and stacks interned since the last one sent (the server keeps them)."""
+    def _answer(self, state: Any, provenance: dict[str, Any], trace: str, **extra: Any) -> Answer:
+        """A packed state, with the frames and stacks interned since the last one sent (the server keeps them).
+        `trace`: "delta" (the entries since the last delta), "full" (all of them) or "none"."""
         frames, stacks = self.device.frames_since(self._sent[0], self._sent[1])
         header = {"format": "packed", "device": state.device, "settings": state.settings, "provenance": provenance,
                   "segments": state.segments, "frames_from": self._sent[0], "stacks_from": self._sent[1],
-                  "frames": [[f.filename, f.line, f.name] for f in frames], "stacks": stacks, **extra}
+                  "frames": [[f.filename, f.line, f.name] for f in frames], "stacks": stacks, "trace": trace,
+                  "trace_length": state.length, **extra}
         self._sent = (self._sent[0] + len(frames), self._sent[1] + len(stacks))
         return Answer(header, state.trace if state.trace is not None else b"", keep=bool(extra))
 
@@ -201,7 +208,7 @@ class SimulatedSource:
         if self._oom is None:
             return None
         state, provenance, count = self._oom
-        return self._answer(state, provenance, count=count)
+        return self._answer(state, provenance, "full", count=count)
 
     def state(self) -> list[dict[str, Any]]:
         from fragviz.allocator.state import allocator_segments
