@@ -172,7 +172,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                          "/v1/snapshot, /v1/oom and /metrics; under torchrun each rank serves on PORT + LOCAL_RANK. "
                          "Without CUDA the script's CPU tensors are mirrored into a simulated CUDA device.")
     run.add_argument("--port", type=int, default=DEFAULT_RUN_PORT, help=f"port to serve on (default "
-                     f"{DEFAULT_RUN_PORT}; 0: any free port)")
+                     f"{DEFAULT_RUN_PORT}; 0: any free port). When it is taken the agent serves on the next free "
+                     "one and says so; the job runs either way")
     run.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs a token)")
     run.add_argument("--token", help="token clients must send as Authorization: Bearer (default $FRAGVIZ_TOKEN)")
     run.add_argument("--max-entries", type=int, default=100_000, help="trace entries kept (a ring buffer)")

@@ -170,12 +170,17 @@ class Agent:
             self.source.close()
 
     def _forked(self) -> None:
-        """In a fork child: the link is the parent's (the server ends with the parent, not with this child)."""
+        """In a fork child: the link is the parent's (the server ends with the parent, not with this child), and
+        the source is left alone (a simulated device stops mirroring, its lock new: the parent's answering
+        thread, which does not exist here, may have held it at the fork)."""
         self._stopped = True
         try:
             self._sock.close()
         except OSError:
             pass
+        forked = getattr(self.source, "forked", None)
+        if forked is not None:
+            forked()
 
 
 def server_command(python: str) -> list[str]:

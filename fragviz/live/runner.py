@@ -104,6 +104,8 @@ def run_command(command: list[str], port: int, host: str, token: str | None, dev
     cmd = python_command(command)
     token = token or None
     check_host(host, token)
+    if not 0 <= agent_port(port) <= 65535:
+        raise UsageError(f"--port {port} is not a port (0 to 65535; under torchrun, PORT + LOCAL_RANK)")
     if alloc_conf is not None:
         from fragviz.allocator.config import parse_alloc_conf
 
@@ -181,6 +183,9 @@ def _start(spec: dict[str, Any]) -> None:
 
 def _serve_torch(agent: Any, spec: dict[str, Any]) -> None:
     from fragviz.live.agent import install, make_source
+
+    if os.getpid() != agent.pid:
+        return  # a fork child of the job imports torch: its agent is the parent's, not its own
 
     source = make_source(spec["simulate"], True, spec["max_entries"], spec["device_memory"], spec["alloc_conf"],
                          spec["root_file"])

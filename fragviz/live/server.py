@@ -34,7 +34,13 @@ PARENT_CHECK = 0.5  # seconds between checks that the job is still this process'
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        serve(sys.argv[1:] if argv is None else argv)
+    except Exception as exc:  # one line in the job's stderr, never a traceback
+        _say(f"fragviz: the live agent's server failed ({type(exc).__name__}: {exc}): the job runs without it")
+
+
+def serve(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         os.nice(NICENESS)

@@ -217,6 +217,11 @@ class SimulatedSource:
             segments = allocator_segments(self.device.alloc)
         return [compact_segment(s) for s in segments]
 
+    def forked(self) -> None:
+        """In a fork child of the job: nothing more is mirrored, and the device's lock is a new one."""
+        self.device.lock = threading.RLock()
+        self.device.closed = True
+
     def close(self) -> None:
         self.device.closed = True
         if self._installed_on == threading.get_ident():  # dispatch modes belong to the thread that entered them

@@ -207,3 +207,31 @@ def test_a_script_that_never_imports_torch_gets_no_torch_and_the_agent_starts_wh
     assert after["devices"][0]["allocated_bytes"] == 4 << 20  # the job's one tensor of 2^20 floats
     (folder / "go.2").write_text("")
     assert job.finish() == 0 and job.out[-1] == "done\n"
+
+
+@pytest.mark.parametrize("options,said", [(["--port", "70000"], "is not a port"),
+                                          (["--alloc-conf", "no_such_key:1"], "unrecognized key"),
+                                          (["--host", "0.0.0.0"], "without a token")])
+def test_what_is_wrong_before_the_job_starts_exits_2_in_one_line_and_runs_nothing(folder, options, said):
+    done = subprocess.run([FRAGVIZ, "run", *options, "--", "python", "-c", "print('the job ran')"], cwd=folder,
+                          env=env(), capture_output=True, text=True, timeout=DEADLINE)
+    assert (done.returncode, done.stdout) == (2, ""), done
+    assert len(done.stderr.splitlines()) == 1 and said in done.stderr, done.stderr
+
+
+LOADER = '''import torch
+from torch.utils.data import DataLoader, TensorDataset
+data = TensorDataset(torch.arange(4096, dtype=torch.float32).reshape(1024, 4))
+loader = DataLoader(data, batch_size=64, num_workers=2, multiprocessing_context="fork")
+total = sum(float(batch.sum()) for (batch,) in loader)
+print("loaded", int(total), flush=True)
+'''
+
+
+def test_a_data_loader_with_fork_workers_runs_under_the_agent(folder):
+    """Fork workers make tensors (the batches): the agent's simulated device is left alone in them (no lock the
+    parent's thread held at the fork, nothing mirrored), and the job trains on."""
+    (folder / "loader.py").write_text(LOADER)
+    done = subprocess.run([FRAGVIZ, "run", "--port", "0", "--", "python", "loader.py"], cwd=folder, env=env(),
+                          capture_output=True, text=True, timeout=DEADLINE)
+    assert (done.returncode, done.stdout) == (0, f"loaded {sum(range(4096))}\n"), done.stderr

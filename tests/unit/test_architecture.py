@@ -191,6 +191,35 @@ def test_importing_the_agent_loads_no_ui_and_no_store():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_the_agents_start_loads_the_standard_library_and_a_few_of_its_own_modules_only():
+    """What `fragviz run` loads into every job before its script: no torch, no numpy, nothing of the allocator."""
+    import subprocess
+    import sys
+
+    code = ("import sys; before = set(sys.modules); from fragviz.live.runner import _start; "
+            "import fragviz.live.agent, fragviz.live.watch; "
+            "new = [m for m in set(sys.modules) - before if m.split('.')[0] not in sys.stdlib_module_names]; "
+            "print(sorted(m for m in new if not m.startswith(('fragviz.live', 'fragviz.base'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "['fragviz']", out.stdout + out.stderr
+
+
+def test_what_the_agent_needs_in_the_jobs_interpreter_is_what_it_checks_for():
+    """The in-job agent's modules (its sources, the allocator model) need torch and fragviz.live.runner.AGENT_NEEDS
+    beyond the standard library: an interpreter without them is refused at start, not when the job imports torch."""
+    import subprocess
+    import sys
+
+    from fragviz.live.runner import AGENT_NEEDS
+
+    code = ("import sys; import fragviz.live.sources, fragviz.allocator.recorder, fragviz.live.agent; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'fragviz', 'torch'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    found = set(eval(out.stdout)) if out.returncode == 0 else None  # noqa: S307  (our own child's list of names)
+    assert found is not None and set(AGENT_NEEDS) <= found, out.stdout + out.stderr
+    assert found - set(AGENT_NEEDS) <= {"__main__", "_distutils_hack", "__editable___fragviz_0_1_0_finder"}, found
+
+
 # The store is a leaf: it stores and fetches records, and knows nothing of how they are made or used.
 STORE_MAY_IMPORT = ("fragviz.store", "fragviz.model", "fragviz.model.columns", "fragviz.base.errors", "fragviz.base.settings",
                     "fragviz.base.units")
