@@ -75,16 +75,19 @@ class TraceMirror:
 
     def __init__(self) -> None:
         self.data = array("q")
+        self.appended = 0  # rows ever added
 
-    def update(self, new: bytes | memoryview, length: int) -> array:
-        """Add the new rows, drop the oldest until `length` are left (as the trace did); a copy of the rows."""
+    def update(self, new: bytes | memoryview, length: int) -> tuple[array, int]:
+        """Add the new rows, drop the oldest until `length` are left (as the trace did); a copy of the rows, and
+        how many rows were ever added."""
+        if len(new) % (WIDTH * 8):
+            raise ValueError(f"a packed trace of {len(new)} bytes is not rows of {WIDTH} int64")
         self.data.frombytes(new)
-        if len(self.data) % WIDTH:
-            raise ValueError(f"a packed trace of {len(self.data)} numbers is not rows of {WIDTH}")
+        self.appended += len(new) // (WIDTH * 8)
         extra = len(self.data) // WIDTH - length
         if extra > 0:
             del self.data[:extra * WIDTH]
-        return array("q", self.data)
+        return array("q", self.data), self.appended
 
 
 def unpack(data: array | bytes | memoryview) -> Iterator[dict[str, Any]]:

@@ -139,12 +139,14 @@ def copy_state(allocators: list[DeviceAllocator], trace: bool = True) -> CopiedS
 
 
 def build_snapshot(state: CopiedState, frames: tuple[Frame, ...], stacks: tuple[tuple[int, ...], ...],
-                   provenance: dict[str, Any], pause: Callable[[], None] | None = None) -> dict[str, Any]:
+                   provenance: dict[str, Any], pause: Callable[[], None] | None = None,
+                   frame_lists: dict[int, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """A snapshot in PyTorch's own format from a copied state (no lock needed: nothing here is shared). Each
     stack's frame list is built once and shared by every block and entry with that stack (as PyTorch shares a
     free's frames with its completion): the pickle holds it once, and a loader reads it once. `pause` is called
-    every PAUSE_EVERY trace entries (a live agent lets the job's thread run there)."""
-    built: dict[int, list[dict[str, Any]]] = {}
+    every PAUSE_EVERY trace entries (a live agent lets the job's thread run there). `frame_lists`: the frame
+    lists built so far, by stack id (kept by a caller that builds many snapshots of one run)."""
+    built: dict[int, list[dict[str, Any]]] = {} if frame_lists is None else frame_lists
 
     def frame_list(stack: int) -> list[dict[str, Any]]:
         if stack < 0 or stack >= len(stacks):

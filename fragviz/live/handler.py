@@ -20,7 +20,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from fragviz.live import protocol
 from fragviz.live.door import CappedReader, Deadline, Door, HeadersTooLarge
-from fragviz.live.joblink import JobGone, JobLink, snapshot_blob
+from fragviz.live.building import TraceEntries, snapshot_blob
+from fragviz.live.joblink import JobGone, JobLink
 
 MAX_CONCURRENT = 8
 REQUEST_TIMEOUT = 10.0  # seconds a client may take to send its request or read the answer
@@ -39,6 +40,7 @@ class Serving:
         self.port = 0
         self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
         self.snapshot_slot = threading.Lock()  # one snapshot built at a time: a second is 503, never queued
+        self.trace = TraceEntries()  # the job's trace entries, built as deltas bring them (under snapshot_slot)
         self._lock = threading.Lock()
         self.errors = 0
         self.snapshots = 0
@@ -193,7 +195,7 @@ class Handler(BaseHTTPRequestHandler):
             if header.get("none"):
                 self._send_json(404, {"error": str(header.get("reason", "no device"))})
                 return
-            blob = snapshot_blob(header, payload)
+            blob = snapshot_blob(header, payload, serving.trace)
             del payload
             with serving._lock:
                 serving.snapshots += 1
@@ -206,7 +208,7 @@ class Handler(BaseHTTPRequestHandler):
         if header.get("none"):
             self._send_json(404, {"error": "no out-of-memory error has happened in this job yet"})
             return
-        self._send(200, snapshot_blob(header, payload), "application/octet-stream")
+        self._send(200, snapshot_blob(header, payload, TraceEntries()), "application/octet-stream")
         serving.job.tell("oom_fetched", count=header["count"])
 
     def _denied(self, serving: Serving) -> bool:

@@ -9,12 +9,12 @@ adds each message's new ones, in the order the job sent them).
 from __future__ import annotations
 
 import itertools
-import pickle
 import socket
 import threading
 from typing import Any
 
 from fragviz.live import link
+from fragviz.live.building import FrameMirror
 
 
 class JobGone(ConnectionError):
@@ -63,15 +63,20 @@ class JobLink:
                 self._waiting.clear()
 
     def _rows(self, header: dict[str, Any], payload: bytes) -> Any:
-        """The trace rows of a packed snapshot: the mirror brought up to date by a delta, the payload itself
-        (an OOM's whole trace, copied when it happened), or none."""
+        """The trace rows of a packed snapshot, and how many rows the mirror was ever given: the mirror brought
+        up to date by a delta, or the payload itself (an OOM's whole trace, copied when it happened; None)."""
+        from array import array
+
         from fragviz.allocator.packed import TraceMirror
 
         if header.get("trace") == "delta":
             if self.trace_mirror is None:
                 self.trace_mirror = TraceMirror()
             return self.trace_mirror.update(payload, int(header["trace_length"]))
-        return payload if header.get("trace") == "full" else b""
+        rows = array("q")
+        if header.get("trace") == "full":
+            rows.frombytes(payload)
+        return rows, None
 
     def ask(self, op: str, timeout: float, **params: Any) -> tuple[dict[str, Any], bytes]:
         """The job's answer to `op` (TimeoutError when it takes longer than `timeout`, JobGone once it ended)."""
@@ -102,42 +107,3 @@ class JobLink:
             link.send(self.sock, {"op": op, **params}, lock=self._send_lock)
         except OSError:
             pass
-
-
-class FrameMirror:
-    """The job's interned frames and stacks, as far as it has sent them (it sends each only once)."""
-
-    def __init__(self) -> None:
-        self.frames: list[Any] = []
-        self.stacks: list[tuple[int, ...]] = []
-        self._lock = threading.Lock()
-
-    def update(self, header: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[tuple[int, ...], ...]]:
-        """Add the frames and stacks this message brings (messages in the order the job sent them); the whole
-        tables, as of it."""
-        from fragviz.model import Frame
-
-        with self._lock:
-            if header["frames_from"] != len(self.frames) or header["stacks_from"] != len(self.stacks):
-                raise RuntimeError("the job's frames and the server's copy of them disagree")
-            self.frames.extend(Frame(str(f), int(line), str(name)) for f, line, name in header["frames"])
-            self.stacks.extend(tuple(s) for s in header["stacks"])
-            return tuple(self.frames), tuple(self.stacks)
-
-
-def snapshot_blob(header: dict[str, Any], payload: bytes) -> bytes:
-    """The snapshot as the job's answer holds it: pickled by the job (a CUDA device), or built and pickled
-    here from the packed copy of a simulated device (protocol 4: what PyTorch's viewer and fragviz read)."""
-    if header.get("format") == "pickle":
-        return payload
-    from fragviz.allocator.packed import unpack
-    from fragviz.allocator.state import CopiedState, build_snapshot
-
-    frames, stacks = header["tables"]
-    segments = header["segments"]
-    for seg in segments:
-        seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
-    rows = header["rows"]
-    trace = list(unpack(rows)) if len(rows) else []
-    state = CopiedState(segments, [(int(header["device"]), trace)], header["settings"])
-    return pickle.dumps(build_snapshot(state, frames, stacks, header["provenance"]), protocol=4)

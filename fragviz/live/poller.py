@@ -70,6 +70,7 @@ class TargetPoller:
         self._gap_pending = False  # a gap to mark on the next sample row (the last poll had no device to mark it on)
         self._refusing: set[str] = set()  # what was last refused (stats, state): said once until a good one
         self._state_digest: bytes | None = None
+        self._fetcher = Fetcher(db_path, self._fetched, client.target)
 
     def start(self) -> "TargetPoller":
         self._thread = threading.Thread(target=self.run, name=f"fragviz-poll-{self.client.target}", daemon=True)
@@ -103,6 +104,7 @@ class TargetPoller:
             self._stopped(f"{self.client.target}: internal error ({type(exc).__name__}: {exc}); this is a fragviz bug",
                           "error")
         finally:
+            self._fetcher.finish()  # the snapshot being fetched is kept (a lingering OOM's above all)
             try:
                 self.recorder.end(self.attachment_id)
             except StoreError as exc:
@@ -198,24 +200,36 @@ class TargetPoller:
         return gap
 
     def _follow_ups(self, stats: dict[str, Any]) -> None:
+        """Snapshots (an OOM's, the periodic one) are fetched on the fetcher's thread, so a snapshot that takes
+        long leaves no hole in the series; the segments are read here (small, and the live page's map)."""
         ooms = {d["device"]: int(d.get("num_ooms") or 0) for d in stats["devices"]}
         if any(n > self._ooms.get(dev, 0) for dev, n in ooms.items()):
-            self._snapshot_or_refusal(lambda: self._take_oom(stats))
+            previous = self._ooms
+            self._fetcher.ask("oom", lambda store: self._take_oom(LiveRecorder(store), stats),
+                              lambda: setattr(self, "_ooms", previous))  # not fetched: asked again next poll
         self._ooms = ooms
         now = time.monotonic()
         if self._next_snapshot is not None and now >= self._next_snapshot:
             self._next_snapshot = now + (self.snapshot_every or 0)
-            self._snapshot_or_refusal(lambda: self.take_snapshot(self.store, "snapshot"))
+            self._fetcher.ask("snapshot", lambda store: self.take_snapshot(store, "snapshot"), lambda: None)
         if now >= self._next_state:
             self._next_state = now + self.state_every
             self._record_state()
 
-    def _snapshot_or_refusal(self, fetch: Callable[[], Any]) -> None:
-        """A snapshot fetched, or its answer (one past the file size limit) refused; OSError still means a gap."""
+    def _fetched(self, fetch: Callable[[Store], Any], store: Store, failed: Callable[[], None]) -> None:
+        """A snapshot fetched (on the fetcher's thread), or its answer (one past the file size limit) refused,
+        or the agent not reached (the stats polls say so: here it is only asked again)."""
         try:
-            fetch()
+            fetch(store)
         except NotAnAgent as exc:
             self._refused_answer(exc, "snapshot")
+        except (OSError, StoreError) as exc:
+            failed()
+            self.log(f"fragviz: {self.client.target}: a snapshot could not be fetched or stored ({exc})")
+        except Exception as exc:  # noqa: BLE001  a bug: said, and the fetcher goes on
+            failed()
+            self.log(f"fragviz: {self.client.target}: internal error fetching a snapshot ({type(exc).__name__}: "
+                     f"{exc}); this is a fragviz bug")
 
     def _record_state(self) -> None:
         """The latest segments, written only when they changed (a page redraws its map when they do)."""
@@ -230,15 +244,15 @@ class TargetPoller:
             self.recorder.state(self.attachment_id, state["time"], state["segments"])
             self._state_digest = digest
 
-    def _take_oom(self, stats: dict[str, Any]) -> None:
+    def _take_oom(self, recorder: LiveRecorder, stats: dict[str, Any]) -> None:
         blob = self.client.oom_snapshot(Limits.current().max_file_size)
         if blob is None:
             return
-        sid = self._ingest(self.recorder, blob, "oom", stats["pid"])
+        sid = self._ingest(recorder, blob, "oom", stats["pid"])
         if sid is not None:
             self.status.ooms.append(sid)
             detail = json.dumps({d["device"]: d.get("num_ooms") for d in stats["devices"]})
-            self.recorder.event(self.attachment_id, "oom", detail, sid, t=stats["time"])
+            recorder.event(self.attachment_id, "oom", detail, sid, t=stats["time"])
             self.log(f"fragviz: {self.client.target}: out of memory; the state at the failure is snapshot {sid}")
 
     def take_snapshot(self, store: Store, kind: str = "snapshot") -> int | None:
@@ -316,3 +330,55 @@ def _summary(p: TargetPoller, log: Log) -> None:
 def _stop_all(pollers: list[TargetPoller]) -> None:
     for p in pollers:
         p.stop.set()
+
+
+class Fetcher:
+    """Snapshots fetched one at a time on a thread of their own, with a store of their own: a kind asked for
+    while one of it waits is not asked twice. `finish()` lets what was asked end, then stops."""
+
+    def __init__(self, db_path: str, run: Callable[..., None], target: str) -> None:
+        self.db_path = db_path
+        self._run = run
+        self._target = target
+        self._lock = threading.Condition()
+        self._asked: dict[str, tuple[Callable[[Store], Any], Callable[[], None]]] = {}
+        self._thread: threading.Thread | None = None
+        self._finishing = False
+
+    def ask(self, kind: str, fetch: Callable[[Store], Any], failed: Callable[[], None]) -> None:
+        with self._lock:
+            if self._finishing or kind in self._asked:
+                return
+            self._asked[kind] = (fetch, failed)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=f"fragviz-fetch-{self._target}",
+                                                daemon=True)
+                self._thread.start()
+            self._lock.notify()
+
+    def _work(self) -> None:
+        store = open_store(self.db_path)
+        try:
+            while True:
+                with self._lock:
+                    while not self._asked and not self._finishing:
+                        self._lock.wait()
+                    if not self._asked:
+                        return
+                    kind = "oom" if "oom" in self._asked else next(iter(self._asked))
+                    fetch, failed = self._asked[kind]
+                try:
+                    self._run(fetch, store, failed)
+                finally:
+                    with self._lock:
+                        self._asked.pop(kind, None)
+        finally:
+            store.close()
+
+    def finish(self, timeout: float = 300.0) -> None:
+        with self._lock:
+            self._finishing = True
+            self._lock.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)

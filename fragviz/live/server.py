@@ -27,7 +27,7 @@ from fragviz.live import link, protocol
 from fragviz.live.handler import AgentServer, Serving, server_for
 from fragviz.live.joblink import JobLink
 
-NICENESS = 19       # the job first: this process gets the CPU the job leaves (1.5 % of a core when both want it)
+NICENESS = 10       # the job first: this process gets a tenth of what the job gets of a core both want
 NEXT_PORTS = 32     # ports tried past a taken one before any free port
 REBIND_WAIT = 1.0   # seconds a taken port is tried again first (a job restarted on it: its last server closing)
 PARENT_CHECK = 0.5  # seconds between checks that the job is still this process's parent

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import os
-import pickle
 import threading
 import time
 from contextlib import ExitStack, contextmanager
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Protocol
 
 from fragviz.model.metrics import expandable_page, fragmentation, free_scatter, stuck_in_gap
+from fragviz.live.building import dumps_in_parts
 from fragviz.live.nvml import Nvml
 
 
@@ -47,18 +47,6 @@ def _let_the_job_run() -> None:
     time.sleep(0)
 
 
-class _Parts:
-    """A pickle's output in parts: the C pickler hands over each 64 KiB frame through this `write`, where the
-    job's thread may run (pickle.dumps would hold the GIL from its first byte to its last)."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.parts.append(bytes(data))
-        _let_the_job_run()
-
-
 @contextmanager
 def _no_collection() -> Iterator[None]:
     """The cyclic collector off while a snapshot is built: its hundred thousand new dicts would start full
@@ -74,9 +62,9 @@ def _no_collection() -> Iterator[None]:
 
 
 def _dumps(data: Any) -> bytes:
-    out = _Parts()
-    pickle.Pickler(out, protocol=4).dump(data)  # protocol 4: what PyTorch's own viewer and fragviz's loader read
-    return b"".join(out.parts)
+    """Pickled a frame at a time, the job's thread let run between frames (PyTorch's snapshot of a CUDA device
+    is made in the job's process)."""
+    return dumps_in_parts(data, _let_the_job_run)
 
 
 def compact_segment(seg: dict[str, Any]) -> dict[str, Any]:

@@ -71,6 +71,7 @@ LIVE_STATUS = "live-status"
 LIVE_ATTACHMENTS = "live-attachments"
 LIVE_PANELS = "live-panels"
 LIVE_CURSOR = "live-cursor"
+LIVE_DEVICES = "live-devices"  # the devices of the chosen jobs: the panels are made again when they change
 LIVE_INTERVAL = "live-interval"
 # pattern-matching ids ({"type": ..., "index": "ATTACHMENT-DEVICE"}), one of each per panel
 LIVE_CHART = "live-chart"

@@ -50,6 +50,7 @@ def layout(ctx: AppContext, pathname: str, search: str | None = None) -> html.Di
                 className="fv-attachments")])),
         html.Div(id=ids.LIVE_PANELS, className="fv-live-grid"),
         dcc.Store(id=ids.LIVE_CURSOR, data={}),
+        dcc.Store(id=ids.LIVE_DEVICES, data=devices_of(ctx, chosen)),
         dcc.Interval(id=ids.LIVE_INTERVAL, interval=1000),
     ])])
 
@@ -189,13 +190,30 @@ def panels_of(ctx: AppContext, chosen: list | None) -> tuple:
     for aid in chosen or []:
         if ctx.reader.live.attachment(aid) is None:
             continue
-        for device in ctx.reader.live.devices(aid) or [0]:
+        devices = ctx.reader.live.devices(aid)
+        if not devices:
+            sections.append(_waiting_panel(ctx, aid))
+        for device in devices:
             section, cursor = _panel(ctx, aid, device)
             sections.append(section)
             cursors[_panel_key(aid, device)] = cursor
     if not sections:
         return html.P("No job chosen: attach to one above.", className="fv-hint"), {}
     return sections, cursors
+
+
+def devices_of(ctx: AppContext, chosen: list | None) -> dict[str, list[int]]:
+    """The devices recorded so far of each chosen attachment (a job shows its device once it imports torch)."""
+    return {str(aid): list(ctx.reader.live.devices(aid)) for aid in chosen or []}
+
+
+def _waiting_panel(ctx: AppContext, aid: int) -> html.Section:
+    """A job whose agent answers but that has no device yet: it has not imported torch (or not used CUDA)."""
+    att = ctx.reader.live.attachment(aid)
+    return html.Section(className="fv-card fv-live-panel fv-live-waiting", children=[
+        html.H3(att.label),
+        html.P("The agent answers, and no device is in use yet: the job has not imported torch, or has not "
+               "touched its GPU. Its device appears here as soon as it does.", className="fv-hint")])
 
 
 def ticked(ctx: AppContext, cursors: dict | None, chart_ids: list[dict]) -> tuple:
@@ -237,15 +255,18 @@ def register(app: dash.Dash, ctx: AppContext) -> None:
     def attach(_, target, token, chosen):
         return attached(ctx, target, token, chosen)
 
-    @app.callback(Output(ids.LIVE_ATTACHMENTS, "options", allow_duplicate=True), Input(ids.LIVE_INTERVAL, "n_intervals"),
-                  State(ids.LIVE_ATTACHMENTS, "options"), prevent_initial_call=True)
-    def refresh_jobs(_, current):
+    @app.callback(Output(ids.LIVE_ATTACHMENTS, "options", allow_duplicate=True),
+                  Output(ids.LIVE_DEVICES, "data"), Input(ids.LIVE_INTERVAL, "n_intervals"),
+                  State(ids.LIVE_ATTACHMENTS, "options"), State(ids.LIVE_ATTACHMENTS, "value"),
+                  State(ids.LIVE_DEVICES, "data"), prevent_initial_call=True)
+    def refresh_jobs(_, current, chosen, devices):
         options = _checklist(_options(ctx))
-        return no_update if options == current else options
+        now = devices_of(ctx, chosen)
+        return no_update if options == current else options, no_update if now == devices else now
 
     @app.callback(Output(ids.LIVE_PANELS, "children"), Output(ids.LIVE_CURSOR, "data"),
-                  Input(ids.LIVE_ATTACHMENTS, "value"))
-    def panels(chosen):
+                  Input(ids.LIVE_ATTACHMENTS, "value"), Input(ids.LIVE_DEVICES, "data"))
+    def panels(chosen, _devices):
         return panels_of(ctx, chosen)
 
     @app.callback(Output({"type": ids.LIVE_CHART, "index": ALL}, "figure"),
