@@ -187,7 +187,10 @@ def server_command(python: str) -> list[str]:
     """The command line that runs the server process (server.main) with `python`, fragviz found where this
     file is; isolated (-I), so nothing of the job's environment reaches it."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = f"import sys; sys.path.insert(0, {root!r}); from fragviz.live.server import main; main()"
+    code = (f"import os, sys\nsys.path.insert(0, {root!r})\ntry:\n    from fragviz.live.server import main\n"
+            "except Exception as exc:\n    os.write(2, f'fragviz: the live agent cannot start its server in "
+            "{sys.executable} ({type(exc).__name__}: {exc}): the job runs without it\\n'.encode())\n"
+            "else:\n    main()")
     return [python, "-I", "-c", code]
 
 
