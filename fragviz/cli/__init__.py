@@ -5,17 +5,38 @@ import sys
 import traceback
 from typing import Sequence
 
+from typing import Any
+
 from fragviz.base.errors import FragvizError
 from fragviz.base.units import cut
-from fragviz.cli.parser import build_parser
 
 __all__ = ["build_parser", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "build_parser":  # loaded when asked for: `fragviz run` parses its line without every command's module
+        from fragviz.cli.parser import build_parser
+
+        return build_parser
+    raise AttributeError(name)
+
+
+def _parser_for(argv: Sequence[str] | None) -> Any:
+    """`fragviz run ...` is parsed by the run-only parser (the job's start waits for it); the rest by the full one."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["run"]:
+        from fragviz.cli.run import run_only_parser
+
+        return run_only_parser()
+    from fragviz.cli.parser import build_parser
+
+    return build_parser()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Exit status: 0 done, 2 bad input or usage, 75 store busy (try again), 74 store not
     writable, 1 an internal error (a fragviz bug: one line, the traceback with --debug), 130 interrupted."""
-    parser = build_parser()
+    parser = _parser_for(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)

@@ -10,8 +10,8 @@ from fragviz.cli.explain import cmd_doctor, cmd_export, cmd_report, cmd_simulate
 from fragviz.cli.ingest import cmd_ingest
 from fragviz.cli.predict import add_predict
 from fragviz.cli.serve import cmd_limits, cmd_serve
-from fragviz.cli.workload import cmd_attach, cmd_capture, cmd_run
-from fragviz.live.protocol import DEFAULT_RUN_PORT
+from fragviz.cli.run import DEBUG_HELP, add_run, workload_arguments
+from fragviz.cli.workload import cmd_attach, cmd_capture
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,14 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gate(sub, db_help)
     add_predict(sub, db_help)
     _add_capture(sub)
-    _add_run(sub)
+    add_run(sub)
     _add_attach(sub, db_help)
     _add_limits(sub)
     _add_serve(sub, db_help)
     for name, command in sub.choices.items():  # `fragviz report X --debug` as well as `fragviz --debug report X`
         if name != "serve":  # serve's own --debug runs Flask's debugger
             command.add_argument("--debug", dest="debug_errors", action="store_true", default=argparse.SUPPRESS,
-                                 help="show the traceback of an internal error")
+                                 help=DEBUG_HELP)
     return p
 
 
@@ -162,25 +162,8 @@ def _add_capture(sub: argparse._SubParsersAction) -> None:
                          "PyTorch records the history; without CUDA the script runs on the CPU and fragviz's "
                          "allocator model serves its tensors as on a CUDA device (the file says so).")
     cap.add_argument("--out", default="snapshot.pickle", help="snapshot file to write (.gz to compress)")
-    _workload_arguments(cap)
+    workload_arguments(cap)
     cap.set_defaults(run=cmd_capture)
-
-
-def _add_run(sub: argparse._SubParsersAction) -> None:
-    run = sub.add_parser("run", help="run a Python script with the live agent serving its memory on a port",
-                         description="fragviz run [options] -- python train.py ARGS. The agent serves /v1/stats, "
-                         "/v1/snapshot, /v1/oom and /metrics; under torchrun each rank serves on PORT + LOCAL_RANK. "
-                         "Without CUDA the script's CPU tensors are mirrored into a simulated CUDA device.")
-    run.add_argument("--port", type=int, default=DEFAULT_RUN_PORT, help=f"port to serve on (default "
-                     f"{DEFAULT_RUN_PORT}; 0: any free port). When it is taken the agent serves on the next free "
-                     "one and says so; the job runs either way")
-    run.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs a token)")
-    run.add_argument("--token", help="token clients must send as Authorization: Bearer (default $FRAGVIZ_TOKEN)")
-    run.add_argument("--max-entries", type=int, default=100_000, help="trace entries kept (a ring buffer)")
-    run.add_argument("--linger", type=float, default=10.0, help="seconds to wait at exit for a poller to fetch "
-                     "an OOM snapshot (default 10)")
-    _workload_arguments(run)
-    run.set_defaults(run=cmd_run)
 
 
 def _add_attach(sub: argparse._SubParsersAction, db_help: str) -> None:
@@ -219,11 +202,3 @@ def _add_serve(sub: argparse._SubParsersAction, db_help: str) -> None:
     srv.add_argument("--samples", metavar="DIR", help="ingest these *.pickle.gz into an empty store on start")
     srv.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     srv.set_defaults(run=cmd_serve)
-
-
-def _workload_arguments(p: argparse.ArgumentParser) -> None:
-    """What `capture` and `run` share: the simulated device, the allocator settings, the script."""
-    p.add_argument("--device-memory", metavar="SIZE", help="simulated device size without CUDA (default 16GiB)")
-    p.add_argument("--alloc-conf", metavar="CONF", help="PYTORCH_CUDA_ALLOC_CONF for the run")
-    p.add_argument("--simulate", action="store_true", help="simulate even where CUDA is available")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")

@@ -1,4 +1,4 @@
-"""`fragviz capture`, `run` and `attach`: a running workload recorded, served live, or polled into the store."""
+"""`fragviz capture` and `attach`: a running workload recorded, or polled into the store (`run`: run.py)."""
 from __future__ import annotations
 
 import argparse
@@ -39,16 +39,6 @@ def cmd_capture(args: argparse.Namespace) -> int:
         sys.argv = saved_argv
     print(f"snapshot written to {args.out}", file=sys.stderr)
     return status
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from fragviz.live.runner import run_command
-    from fragviz.base.units import parse_size
-
-    memory = parse_size(args.device_memory) if args.device_memory else None
-    token = args.token or os.environ.get("FRAGVIZ_TOKEN") or None
-    return run_command(list(args.command), args.port, args.host, token, memory, args.alloc_conf,
-                      True if args.simulate else None, args.max_entries, args.linger)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:

@@ -244,13 +244,6 @@ def rank_env() -> dict[str, int | None]:
     return {"rank": read("RANK"), "local_rank": read("LOCAL_RANK"), "world_size": read("WORLD_SIZE")}
 
 
-def check_host(host: str, token: str | None) -> None:
-    """Binding to anything but loopback needs a token (AgentError before anything starts)."""
-    if not protocol.names_this_machine(host) and not token:
-        raise AgentError(f"refusing to serve the live agent on {host} without a token: other machines could "
-                         "read this job's memory (pass token=..., or --token / FRAGVIZ_TOKEN)")
-
-
 def describe(simulate: bool | None, device_memory: int | None) -> str:
     """What the agent serves, for its one line."""
     from fragviz.base.units import format_bytes
@@ -276,7 +269,7 @@ def start_agent(port: int = 0, host: str = "127.0.0.1", token: str | None = None
     snapshot.
     """
     token = token or None  # an empty token protects nothing: treated as none
-    check_host(host, token)
+    protocol.check_host(host, token)
     source = make_source(simulate, record_history, max_entries, device_memory, alloc_conf, root_file)
     try:
         agent = Agent(host, port, token, describe(source.simulated, device_memory), simulate=source.simulated)

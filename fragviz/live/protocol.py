@@ -249,6 +249,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def check_host(host: str, token: str | None) -> None:
+    """Binding to anything but loopback needs a token (AgentError before anything starts)."""
+    if not names_this_machine(host) and not token:
+        from fragviz.base.errors import AgentError
+
+        raise AgentError(f"refusing to serve the live agent on {host} without a token: other machines could "
+                         "read this job's memory (pass token=..., or --token / FRAGVIZ_TOKEN)")
+
+
 def names_this_machine(host: str) -> bool:
     """is_loopback, or `localhost.` (the same name, fully qualified): the names and addresses a server that
     only this machine may reach can be bound to and called by (in a Host header)."""

@@ -99,7 +99,7 @@ def run_command(command: list[str], port: int, host: str, token: str | None, dev
     """Become `python ...` with the agent started at its start (the boot folder's sitecustomize): the same
     process, sys.argv, sys.path, __main__, traceback, exit status and signals as `python ...` alone. What is
     wrong on the command line stops here, before the job; nothing found later stops the job."""
-    from fragviz.live.agent import check_host
+    from fragviz.live.protocol import check_host
 
     cmd = python_command(command)
     token = token or None
