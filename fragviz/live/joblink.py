@@ -9,6 +9,7 @@ adds each message's new ones, in the order the job sent them).
 from __future__ import annotations
 
 import itertools
+import os
 import socket
 import threading
 from typing import Any
@@ -53,8 +54,11 @@ class JobLink:
                 if slot is not None:
                     slot[1] = (header, payload)
                     slot[0].set()
-        except (OSError, ValueError):
-            pass
+        except OSError:
+            pass  # the job's end of the link went away: as at its end
+        except Exception as exc:  # a message that cannot be taken: nothing after it can be trusted
+            os.write(2, f"fragviz: the live agent's link to the job broke ({type(exc).__name__}: {exc}); it stops "
+                        "serving, and the job runs on\n".encode(errors="replace"))
         finally:
             self.gone.set()
             with self._lock:
