@@ -2,8 +2,9 @@
 
 A live job keeps up to twice `max_entries` trace entries for as long as it runs. As dicts they took some
 400 bytes each (80 MB for 200,000) and a snapshot had to walk them in the job's process; packed they take 64
-bytes, and a snapshot copies them with one memory copy (`to_bytes`) under the allocator's lock. The agent's
-server process turns the bytes back into PyTorch's trace entries (`unpack`), outside the job.
+bytes, and a snapshot copies those added since the last one with one memory copy (`copy`) under the allocator's
+lock. The agent's server process keeps its own copy (`TraceMirror`) and turns the rows back into PyTorch's
+trace entries (`unpack`), outside the job.
 
 Standard library only (the allocator model aside): the server process reads what the job wrote.
 """
@@ -52,10 +53,6 @@ class PackedTrace:
             raise TypeError("a packed trace drops only its oldest entries: del trace[:n]")
         stop = len(self) if key.stop is None else max(0, min(len(self), key.stop))
         del self.data[:stop * WIDTH]
-
-    def to_bytes(self) -> bytes:
-        """The entries as raw bytes (native int64): one memory copy."""
-        return self.data.tobytes()
 
     def copy(self, since: int = 0) -> tuple[mmap.mmap | None, int]:
         """The entries added after the first `since` ever added (all of them still kept, when fewer are), as raw

@@ -179,10 +179,10 @@ class SimulatedDevice:
         with self.lock:
             started = time.perf_counter()  # held from here: waiting for it (and for the GIL) costs the job nothing
             segments = allocator_segments(self.alloc)
-            packed, new = self.alloc.trace.copy(since) if trace else (None, 0)
+            packed = self.alloc.trace.copy(since)[0] if trace else None
             length, appended = len(self.alloc.trace), self.alloc.trace.appended
             self.lock_seconds = time.perf_counter() - started
-        return PackedState(self.alloc.device, segments, packed, new, length, appended, self.alloc.settings.as_dict())
+        return PackedState(self.alloc.device, segments, packed, length, appended, self.alloc.settings.as_dict())
 
     def frames_since(self, frames: int, stacks: int) -> tuple[list[Frame], list[tuple[int, ...]]]:
         """The frames and stacks interned after the first `frames` and `stacks` (the interner only appends)."""
@@ -192,13 +192,12 @@ class SimulatedDevice:
 
 @dataclass(frozen=True)
 class PackedState:
-    """A simulated device's state as copied for a snapshot: its segments (blocks with stack ids), the newest
-    `new` of its `length` trace entries packed (fragviz.allocator.packed; None without: close it once sent),
-    how many entries were ever added when it was copied, and its settings."""
+    """A simulated device's state as copied for a snapshot: its segments (blocks with stack ids), the newest of
+    its `length` trace entries packed (fragviz.allocator.packed; None without: close it once sent), how many
+    entries were ever added when it was copied, and its settings."""
     device: int
     segments: list[dict[str, Any]]
     trace: Any
-    new: int
     length: int
     appended: int
     settings: dict[str, Any]

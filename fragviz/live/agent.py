@@ -29,7 +29,8 @@ import weakref
 from typing import Any, Callable
 
 from fragviz.base.errors import AgentError
-from fragviz.live import link, protocol
+from fragviz.live import link
+from fragviz.live.link import Answer
 
 DEFAULT_DEVICE_MEMORY = 16 * 1024**3
 LISTEN_WAIT = 10.0  # seconds start_agent (and a job's end) waits for its server to say where it listens
@@ -115,34 +116,29 @@ class Agent:
             self.oom_fetched = max(self.oom_fetched, int(header.get("count", 0)))
             return
         started = time.thread_time()
-        payload: Any = b""
-        keep = True
         try:
-            answer, payload, keep = self._reply(str(op), header)
+            answer = self._reply(str(op), header)
         except Exception as exc:  # never into the job: the server answers 500 with it
-            answer = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            answer = Answer({"error": f"{type(exc).__name__}: {exc}"[:300]})
         try:
-            link.send(self._sock, {"id": header.get("id"), **answer}, payload)
+            link.send(self._sock, {"id": header.get("id"), **answer.header}, answer.payload)
         finally:
-            if not keep:
-                payload.close()
+            answer.release()
             self.cpu_seconds += time.thread_time() - started
 
-    def _reply(self, op: str, header: dict[str, Any]) -> tuple[dict[str, Any], Any, bool]:
-        """(header, payload, keep the payload) for one ask."""
-        if op == "stats":
-            return {}, json.dumps(self.stats()).encode(), True
+    def _reply(self, op: str, header: dict[str, Any]) -> Any:
+        """The answer to one ask."""
         source = self.source
+        if op == "stats":
+            return Answer({}, json.dumps(self.stats()).encode())
         if op == "state":
             segments = source.state() if source is not None else []
-            return {}, json.dumps({"time": time.time(), "pid": os.getpid(), "segments": segments}).encode(), True
+            return Answer({}, json.dumps({"time": time.time(), "pid": os.getpid(), "segments": segments}).encode())
         if op in ("snapshot", "oom"):
             if source is None:
-                return {"none": True, "reason": "the job has not imported torch yet"}, b"", True
+                return Answer({"none": True, "reason": "the job has not imported torch yet"})
             answer = source.snapshot(bool(header.get("trace", True))) if op == "snapshot" else source.oom_snapshot()
-            if answer is None:
-                return {"none": True}, b"", True
-            return answer.header, answer.payload, answer.keep or not hasattr(answer.payload, "close")
+            return answer if answer is not None else Answer({"none": True})
         raise ValueError(f"no such ask: {op[:40]}")
 
     # -- the end ---------------------------------------------------------------------------------------------
@@ -268,8 +264,10 @@ def start_agent(port: int = 0, host: str = "127.0.0.1", token: str | None = None
     (`.port`, and one line on stderr). At exit the agent waits up to `linger` seconds for an unfetched OOM
     snapshot.
     """
+    from fragviz.live.protocol import check_host
+
     token = token or None  # an empty token protects nothing: treated as none
-    protocol.check_host(host, token)
+    check_host(host, token)
     source = make_source(simulate, record_history, max_entries, device_memory, alloc_conf, root_file)
     try:
         agent = Agent(host, port, token, describe(source.simulated, device_memory), simulate=source.simulated)

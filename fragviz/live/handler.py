@@ -44,12 +44,14 @@ class Serving:
         self._lock = threading.Lock()
         self.errors = 0
         self.snapshots = 0
-        self.requests = 0
 
     def count(self, failed: bool) -> None:
         with self._lock:
-            self.requests += 1
             self.errors += int(failed)
+
+    def snapshot_taken(self) -> None:
+        with self._lock:
+            self.snapshots += 1
 
     def stats(self) -> dict[str, Any]:
         """The job's stats object, with the server's own figures in its `agent` part."""
@@ -197,8 +199,7 @@ class Handler(BaseHTTPRequestHandler):
                 return
             blob = snapshot_blob(header, payload, serving.trace)
             del payload
-            with serving._lock:
-                serving.snapshots += 1
+            serving.snapshot_taken()
         finally:
             serving.snapshot_slot.release()
         self._send(200, blob, "application/octet-stream")
@@ -208,7 +209,8 @@ class Handler(BaseHTTPRequestHandler):
         if header.get("none"):
             self._send_json(404, {"error": "no out-of-memory error has happened in this job yet"})
             return
-        self._send(200, snapshot_blob(header, payload, TraceEntries()), "application/octet-stream")
+        # an OOM's whole trace: built apart from the deltas (only the frame lists are shared)
+        self._send(200, snapshot_blob(header, payload, serving.trace), "application/octet-stream")
         serving.job.tell("oom_fetched", count=header["count"])
 
     def _denied(self, serving: Serving) -> bool:

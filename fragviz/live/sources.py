@@ -7,25 +7,15 @@ live segment maps). torch is imported lazily; nothing here imports the store or 
 from __future__ import annotations
 
 import gc
-import os
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from typing import Any, Iterator, Protocol
 
 from fragviz.model.metrics import expandable_page, fragmentation, free_scatter, stuck_in_gap
 from fragviz.live.building import dumps_in_parts
+from fragviz.live.link import Answer
 from fragviz.live.nvml import Nvml
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What the job sends its agent's server for a snapshot: a header (JSON) and a payload (bytes, or a
-    mapping the agent closes once sent unless `keep`)."""
-    header: dict[str, Any]
-    payload: Any = b""
-    keep: bool = False
 
 
 class Source(Protocol):
@@ -331,12 +321,3 @@ class CudaSource:
     def close(self) -> None:
         if self.record_history:
             self.torch.cuda.memory._record_memory_history(enabled=None)
-
-
-def rank_env() -> dict[str, int | None]:
-    """RANK, LOCAL_RANK and WORLD_SIZE as torchrun sets them (None outside a distributed launch)."""
-    def read(name: str) -> int | None:
-        value = os.environ.get(name, "")
-        return int(value) if value.isdigit() else None
-
-    return {"rank": read("RANK"), "local_rank": read("LOCAL_RANK"), "world_size": read("WORLD_SIZE")}
