@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 from fragviz.allocator.config import parse_alloc_conf
 from fragviz.allocator.rules import allocation_size, round_size
 from fragviz.allocator.packed import PackedAllocator
+from fragviz.allocator.sim import Peaks
 from fragviz.allocator.state import allocator_segments, build_snapshot, copy_state
 from fragviz.base.files import write_atomically
 from fragviz.model import Frame
@@ -31,6 +32,9 @@ from fragviz.snapshot.frames import StackInterner
 from fragviz.base.units import torch_format_size
 
 DEFAULT_DEVICE_MEMORY = 16 * 1024**3
+# which tensors a simulated device serves: every CPU tensor storage (code that never names CUDA), or, once the code
+# places a tensor on CUDA, only the tensors on the simulated CUDA device (fragviz.allocator.cudasim)
+EVERY_TENSOR, CUDA_TENSORS = "every tensor", "cuda tensors"
 _SKIP_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # fragviz's own frames
                "torch/utils/_python_dispatch.py", "contextlib.py",
                "<frozen runpy>", "runpy.py")
@@ -104,15 +108,36 @@ class SimulatedDevice:
         self.max_entries = max_entries
         self.on_oom = on_oom
         self.lock_seconds = 0.0  # how long the last snapshot held the lock
+        self.placement = EVERY_TENSOR
 
-    def track(self, storage: Any) -> None:
+    def place_on_cuda(self) -> None:
+        """The code placed a tensor on CUDA: from now on only tensors on the simulated CUDA device count. What was
+        counted so far (host tensors) is forgotten: the device is emptied and its trace and peaks start again."""
+        if self.placement == CUDA_TENSORS:
+            return
+        with self.lock:
+            self.placement = CUDA_TENSORS
+            for block in self._live.values():
+                self.alloc.free(block)
+            self._live.clear()
+            self.alloc.empty_cache()
+            del self.alloc.trace[:]
+            a = self.alloc
+            a.peaks = Peaks(a.reserved, a.active_bytes, a.requested)
+            a.num_alloc_retries = a.num_ooms = a.num_device_alloc = a.num_device_free = 0
+
+    def holds(self, storage: Any) -> bool:
+        """Whether a storage is on the simulated CUDA device (never, until the code places one there)."""
+        return self.placement == CUDA_TENSORS and storage._cdata in self._live
+
+    def track(self, storage: Any, stream: int = 0) -> None:
         key = storage._cdata
         nbytes = storage.nbytes()
         if key in self._live or nbytes == 0 or self.closed:
             return
         with self.lock:
             stack = self._stack() if self.alloc.record else -1
-            block = self.alloc.malloc(nbytes, 0, stack)
+            block = self.alloc.malloc(nbytes, stream, stack)
             if block is None:
                 self.oom_message = self._oom_message(nbytes)
                 if self.on_oom is not None:
@@ -149,14 +174,17 @@ class SimulatedDevice:
         return self.stacks.intern_keys(fs for fs in stack if not any(s in fs[0] for s in _SKIP_FILES))
 
     def _oom_message(self, nbytes: int) -> str:
-        a = self.alloc
+        """PyTorch's own message (c10's modern format), with the simulated device's figures and a last word saying so."""
+        a, size = self.alloc, torch_format_size
         alloc_size = allocation_size(round_size(nbytes, a.settings))
-        return (f"CUDA out of memory. Tried to allocate {torch_format_size(alloc_size)}. GPU 0 has a total capacity "
-                f"of {torch_format_size(a.capacity)} of which {torch_format_size(a.device_free())} is free. Of the "
-                f"allocated memory {torch_format_size(a.active_bytes)} is allocated by PyTorch, and "
-                f"{torch_format_size(a.reserved - a.active_bytes)} is reserved by PyTorch but unallocated. If reserved "
-                "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
-                "avoid fragmentation. (simulated by fragviz on a CPU)")
+        return (f"CUDA out of memory. Tried to allocate {size(alloc_size)}. GPU 0 has a total capacity of "
+                f"{size(a.capacity)} of which {size(a.device_free())} is free. Including non-PyTorch memory, this "
+                f"process has {size(a.reserved)} memory in use. Of the allocated memory {size(a.active_bytes)} is "
+                f"allocated by PyTorch, and {size(a.reserved - a.active_bytes)} is reserved by PyTorch but "
+                f"unallocated. If reserved but unallocated memory is large try setting {_conf_variable()}="
+                "expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  "
+                "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables) (simulated by fragviz on a "
+                "CPU)")
 
     def snapshot(self, provenance: dict[str, Any], close: bool = True, trace: bool = True,
                  pause: Callable[[], None] | None = None) -> dict[str, Any]:
@@ -203,6 +231,16 @@ class PackedState:
     settings: dict[str, Any]
 
 
+def _conf_variable() -> str:
+    """The variable PyTorch's OOM hint names: PYTORCH_ALLOC_CONF from 2.10, PYTORCH_CUDA_ALLOC_CONF before."""
+    version = getattr(sys.modules.get("torch"), "__version__", "0.0")
+    try:
+        major, minor = (int(part) for part in str(version).split(".")[:2])
+    except ValueError:
+        return "PYTORCH_CUDA_ALLOC_CONF"
+    return "PYTORCH_ALLOC_CONF" if (major, minor) >= (2, 10) else "PYTORCH_CUDA_ALLOC_CONF"
+
+
 def _frames(frame: Any) -> Iterator[Any]:
     while frame is not None:
         yield frame
@@ -215,61 +253,27 @@ def _oom_error(message: str) -> Exception:
     return torch.OutOfMemoryError(message)
 
 
-def mirror_mode(device: SimulatedDevice) -> Any:
-    """A TorchDispatchMode that hands every CPU tensor storage an operator creates to `device`.
-
-    Enter it on the thread that runs the workload (dispatch modes are per thread)."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
-
-    class _Mirror(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in tree_leaves(out):
-                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                    device.track(t.untyped_storage())
-            return out
-
-    return _Mirror()
-
-
-@contextmanager
-def empty_cache_mirrored(device: SimulatedDevice) -> Iterator[None]:
-    """`torch.cuda.empty_cache()` also empties the simulated device's cache, as it would a CUDA device's."""
-    import torch
-
-    real = torch.cuda.memory.empty_cache
-
-    def empty_cache() -> None:
-        real()
-        with device.lock:
-            device.alloc.empty_cache()
-
-    torch.cuda.empty_cache = torch.cuda.memory.empty_cache = empty_cache
-    try:
-        yield
-    finally:
-        torch.cuda.empty_cache = torch.cuda.memory.empty_cache = real
-
-
 def simulated_provenance(device: SimulatedDevice, generator: str) -> dict[str, Any]:
     import torch
 
+    note = ("the tensors the code placed on CUDA, run on a CPU" if device.placement == CUDA_TENSORS else
+            "every tensor storage of a CPU run (the code placed none on CUDA)")
     return {"origin": "simulated", "generator": generator, "device_memory_bytes": device.alloc.capacity,
-            "alloc_conf": device.conf, "torch": str(torch.__version__),
-            "note": "tensor storages of a CPU run, placed by fragviz's allocator model as on a CUDA device"}
+            "alloc_conf": device.conf, "torch": str(torch.__version__), "placement": device.placement,
+            "note": f"{note}, served by fragviz's allocator model as on a CUDA device"}
 
 
 @contextmanager
 def _simulated_capture(path: str, device_memory: int, alloc_conf: str | None,
                        root_file: str | None) -> Iterator[SimulatedDevice]:
+    from fragviz.allocator.cudasim import cuda_on_cpu
+
     device = SimulatedDevice(device_memory, alloc_conf, root_file)
-    provenance = simulated_provenance(device, "fragviz.capture")
     try:
-        with mirror_mode(device), empty_cache_mirrored(device):
+        with cuda_on_cpu(device):
             yield device
     finally:
+        provenance = simulated_provenance(device, "fragviz.capture")
         if device.oom_message:
             provenance["oom_message"] = device.oom_message
         write_snapshot(path, device.snapshot(provenance))

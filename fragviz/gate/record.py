@@ -81,11 +81,12 @@ def recording(device: str = AUTO, alloc_conf: str | None = None, root_file: str 
 
 @contextmanager
 def _simulated(rec: Recording, alloc_conf: str | None, root_file: str | None) -> Iterator[None]:
-    from fragviz.allocator.recorder import SimulatedDevice, empty_cache_mirrored, mirror_mode, simulated_provenance
+    from fragviz.allocator.cudasim import cuda_on_cpu
+    from fragviz.allocator.recorder import SimulatedDevice, simulated_provenance
 
     device = SimulatedDevice(UNLIMITED, alloc_conf or "", root_file)
     try:
-        with mirror_mode(device), empty_cache_mirrored(device):
+        with cuda_on_cpu(device):
             yield
     finally:
         provenance = simulated_provenance(device, "fragviz.gate")

@@ -121,10 +121,9 @@ class SimulatedSource:
     def install(self) -> None:
         """Start mirroring the calling thread's tensors (the thread that runs the workload) and its
         torch.cuda.empty_cache() calls."""
-        from fragviz.allocator.recorder import empty_cache_mirrored, mirror_mode
+        from fragviz.allocator.cudasim import cuda_on_cpu
 
-        self._mirroring.enter_context(mirror_mode(self.device))
-        self._mirroring.enter_context(empty_cache_mirrored(self.device))
+        self._mirroring.enter_context(cuda_on_cpu(self.device))
         self._installed_on = threading.get_ident()
 
     def _on_oom(self, message: str) -> None:
