@@ -28,6 +28,9 @@ from typing import Any, Callable, Iterator
 from fragviz.allocator.recorder import CUDA_TENSORS, SimulatedDevice
 
 CUDA, HOST = "cuda", "host"  # where the storages an operator makes go, when a call says so
+# inside one of torch's own Python functions called with a tensor on the device: its body runs with the function
+# mode off (it sees the CPU), so what it makes from nothing (torch.zeros(..., device=x.device)) goes to the device
+WITH_INPUTS = "with inputs"
 
 
 class Placing(threading.local):
@@ -82,12 +85,26 @@ def _serving_mode(device: SimulatedDevice, placing: Placing) -> Any:
                 return out
             inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, Tensor)]
             where = placing.where
-            if where == CUDA or (where is None and any(held(device, t) for t in inputs)):
+            if where == CUDA or (where != HOST and any(held(device, t) for t in inputs)) or \
+                    (where == WITH_INPUTS and not inputs):
                 for storage in new_storages(out, inputs):
                     device.track(storage, placing.stream)
             return out
 
     return _Serving()
+
+
+def _any_held(device: SimulatedDevice, args: tuple, kwargs: dict) -> bool:
+    """Whether a call's arguments (or the lists among them) hold a tensor on the device."""
+    import torch
+
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (list, tuple)):
+            if any(isinstance(v, torch.Tensor) and held(device, v) for v in value):
+                return True
+        elif isinstance(value, torch.Tensor) and held(device, value):
+            return True
+    return False
 
 
 def held(device: SimulatedDevice, t: Any) -> bool:
@@ -122,6 +139,8 @@ def _placing_mode(device: SimulatedDevice, placing: Placing) -> Any:
                 return handler(func, args, kwargs)
             if "device" in kwargs:
                 return _placed(device, placing, func, args, kwargs)
+            if placing.where is None and device.placement == CUDA_TENSORS and _any_held(device, args, kwargs):
+                return in_place(placing, WITH_INPUTS, func, args, kwargs)
             return func(*args, **kwargs)
 
     return _Placing()
