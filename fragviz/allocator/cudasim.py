@@ -126,7 +126,6 @@ def device_type(value: Any) -> str | None:
 
 
 def _placing_mode(device: SimulatedDevice, placing: Placing) -> Any:
-    import torch
     from torch.overrides import TorchFunctionMode
 
     handlers = _tensor_handlers(device, placing)

@@ -40,6 +40,19 @@ class LimitError(SnapshotFormatError):
     """A file past one of fragviz's input limits (fragviz.base.limits): the message names the limit and how to raise it."""
 
 
+class InputError(FragvizError):
+    """A small input file (a memory summary, a baseline) that is not a regular file fragviz can read whole."""
+
+    def __init__(self, source: str, problem: str) -> None:
+        super().__init__(f"{source}: {problem}")
+        self.source = source
+        self.problem = problem
+
+
+class OutputError(FragvizError):
+    """A path given for fragviz to write that it cannot write (a directory, a missing folder, a full device)."""
+
+
 class UsageError(FragvizError):
     """Arguments that do not fit together (an event index out of range, an unknown device)."""
 

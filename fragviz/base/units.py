@@ -59,7 +59,10 @@ def parse_size(text: str) -> int:
     unit = m.group(2).lower() if m else ""
     if not m or unit not in _UNITS:
         raise UsageError(f"'{text[:80]}' is not a size: use a number with B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)")
-    return int(float(m.group(1)) * _UNITS[unit])
+    value = float(m.group(1)) * _UNITS[unit]
+    if not value < 2**63:  # infinity too (a number of hundreds of digits): no device or block is that large
+        raise UsageError(f"'{cut(text, 40)}' is too large a size: at most 8 EiB (2^63 - 1 bytes)")
+    return int(value)
 
 
 def parse_duration(text: str) -> float:

@@ -10,7 +10,9 @@ from typing import Any
 from fragviz.base.errors import FragvizError
 from fragviz.base.units import cut
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "INTERNAL_ERROR"]
+
+INTERNAL_ERROR = 3  # a fragviz bug, for every command: distinct from gate's 1 (a budget broken) and 2 (bad input)
 
 
 def __getattr__(name: str) -> Any:
@@ -35,7 +37,8 @@ def _parser_for(argv: Sequence[str] | None) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Exit status: 0 done, 2 bad input or usage, 75 store busy (try again), 74 store not
-    writable, 1 an internal error (a fragviz bug: one line, the traceback with --debug), 130 interrupted."""
+    writable, 3 an internal error (a fragviz bug: one line, the traceback with --debug), 130 interrupted; `gate`
+    also exits 1 when a budget is broken (an internal error is never 1, so a CI tells a failed budget from a bug)."""
     parser = _parser_for(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -57,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fragviz: internal error ({type(exc).__name__}: {cut(str(exc))}); this is a fragviz bug, please "
               "report it" + ("" if getattr(args, "debug_errors", False) else " (--debug shows the traceback)"),
               file=sys.stderr)
-        return 1
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

@@ -29,6 +29,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from fragviz.base.units import parse_size
 
     changes = code_changes(args)  # a usage error before the file is read
+    if args.out:
+        from fragviz.base.files import check_output
+
+        check_output(args.out, "--out")
     analysis = analysis_for(args.target, args.db)
     memory = parse_size(args.device_memory) if args.device_memory else None
     if args.alloc_conf is None and not changes:
@@ -45,10 +49,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.out:
         import pickle
 
-        with open(args.out, "wb") as fh:
-            pickle.dump(simulated_snapshot(analysis, args.alloc_conf, memory, changes), fh, protocol=4)
+        from fragviz.base.files import write_output
+
+        snapshot = simulated_snapshot(analysis, args.alloc_conf, memory, changes)
+        write_output(args.out, pickle.dumps(snapshot, protocol=4), "--out")
     print(json.dumps(result.as_dict()) if args.json else
-          what_if_text(analysis, args.alloc_conf, result, changes_label(changes)))
+          what_if_text(analysis, args.alloc_conf, result, changes_label(changes)),
+          file=sys.stderr if args.out == "-" else sys.stdout)  # standard output holds the snapshot
     return 0
 
 

@@ -1,4 +1,5 @@
-"""`fragviz gate`: a candidate run's memory checked against budgets and a baseline; the exit status is the verdict."""
+"""`fragviz gate`: a candidate run's memory checked against budgets and a baseline; the exit status is the verdict
+(0 every budget holds, 1 one is broken, 2 the gate cannot judge; an internal error is 3, as for every command)."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +8,7 @@ import os
 import sys
 
 from fragviz.base.errors import FragvizError
+from fragviz.base.files import STDOUT
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -17,29 +19,42 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     budgets = budgets_from_text(args.max_peak_reserved, args.max_peak_allocated, args.max_growth,
                                 args.max_fragmentation, args.device_memory, args.alloc_conf)
+    outputs = _check_outputs(args)  # a folder or a missing one, refused before the runs are read
     try:
         candidate, baseline = read_sides(args.candidate, args.baseline, args.db, budgets)
     except FragvizError as exc:  # a side that cannot be read: the gate cannot judge, and every report says why
         result = cannot_judge(str(exc), budgets)
     else:
         if args.write_summary:
-            _write(args.write_summary, candidate.summary.to_json())
+            _write(args.write_summary, candidate.summary.to_json(), "--write-summary")
         result = judge(candidate.summary, baseline.summary if baseline else None, budgets, candidate.fits)
     command = gate_command(args.candidate, args.baseline, budgets, args.db)
     markdown = gate_markdown(result, command)
     if args.markdown:
-        _write(args.markdown, markdown)
+        _write(args.markdown, markdown, "--markdown")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as fh:
-            fh.write(markdown + "\n")
+        from fragviz.base.files import append_text
+
+        append_text(os.environ["GITHUB_STEP_SUMMARY"], markdown + "\n", "$GITHUB_STEP_SUMMARY")
     if args.junit:
-        _write(args.junit, gate_junit(result))
-    print(json.dumps(result.as_dict()) if args.json else gate_text(result))
+        _write(args.junit, gate_junit(result), "--junit")
+    verdict = json.dumps(result.as_dict()) if args.json else gate_text(result)
+    print(verdict, file=sys.stderr if STDOUT in outputs else sys.stdout)  # "-" gave standard output to a report
     return result.exit_code
 
 
-def _write(path: str, text: str) -> None:
-    from fragviz.base.files import write_atomically
+def _check_outputs(args: argparse.Namespace) -> list[str]:
+    from fragviz.base.files import check_output
 
-    write_atomically(path, text)
-    print(f"wrote {path}", file=sys.stderr)
+    given = [(args.write_summary, "--write-summary"), (args.markdown, "--markdown"), (args.junit, "--junit")]
+    for path, label in given:
+        if path:
+            check_output(path, label)
+    return [path for path, _ in given if path]
+
+
+def _write(path: str, text: str, label: str) -> None:
+    from fragviz.base.files import write_output
+
+    where = write_output(path, text, label)
+    print(f"wrote {where}", file=sys.stderr)

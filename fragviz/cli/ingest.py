@@ -96,7 +96,7 @@ def worst_status(statuses) -> int:
     from fragviz.library.ingest import EXIT_STATUS
 
     codes = {EXIT_STATUS[s] for s in statuses}
-    return next((c for c in (1, 2, 74, 75) if c in codes), 0)
+    return next((c for c in (3, 2, 74, 75) if c in codes), 0)
 
 
 def print_ingest_line(result, debug: bool = False) -> None:

@@ -5,6 +5,8 @@ import argparse
 import os
 import sys
 
+from fragviz.base.errors import OutputError
+from fragviz.base.files import check_output
 from fragviz.base.settings import db_path
 
 
@@ -14,6 +16,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from fragviz.live.runner import script_and_args
 
     command = script_and_args(list(args.command), "capture")
+    check_output(args.out, "--out")  # a folder, or a missing one, refused before the script runs
     if args.alloc_conf is not None:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = args.alloc_conf  # before CUDA initialises
     from fragviz.allocator.recorder import capture
@@ -31,13 +34,15 @@ def cmd_capture(args: argparse.Namespace) -> int:
             script_globals = runpy.run_path(script, run_name="__main__")  # noqa: F841
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except OutputError:  # the snapshot could not be written: one line from the command line, not the script's
+        raise
     except Exception as exc:  # the workload's own failure (an OOM above all): the snapshot is still written
         print(f"fragviz: {command[0]} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
               file=sys.stderr)
         status = 1
     finally:
         sys.argv = saved_argv
-    print(f"snapshot written to {args.out}", file=sys.stderr)
+    print(f"snapshot written to {'standard output' if args.out == '-' else args.out}", file=sys.stderr)
     return status
 
 

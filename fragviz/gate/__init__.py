@@ -7,5 +7,5 @@ memory worse.
 - `report`: the verdict as text, Markdown and JUnit XML;
 - `inputs`: a side of a gate read from a snapshot file, a store id or a summary;
 - `record`: a block of code's allocations recorded (CUDA, or fragviz's simulated device on a CPU);
-- `pytest_plugin`: budgets on tests (a `pytest11` entry point).
+- `pytest_plugin`: budgets on tests (a `pytest11` entry point); `pytest_setup`: what it checks before any test runs.
 """

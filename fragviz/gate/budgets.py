@@ -1,6 +1,7 @@
 """Memory budgets: the limits a gate checks, parsed from what a user writes ("2GiB", "5%", "0.3")."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +67,10 @@ def parse_growth(text: str | float) -> float:
     m = _NUMBER.fullmatch(str(text))
     if not m:
         raise UsageError(f"--max-growth: '{str(text)[:40]}' is not a percentage: write e.g. 5% (or 5)")
-    return float(m.group(1)) / 100
+    value = float(m.group(1)) / 100
+    if not math.isfinite(value):  # 5,000 digits read as a float: infinity, which no baseline can be grown by
+        raise UsageError(f"--max-growth: '{str(text)[:40]}...' is too large a percentage: write e.g. 5% (or 5)")
+    return value
 
 
 def parse_ratio(text: str | float, what: str) -> float:

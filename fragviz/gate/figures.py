@@ -177,14 +177,17 @@ def is_summary_file(path: str) -> bool:
 
 
 def read_summary(path: str) -> MemorySummary:
-    """A summary file, checked field by field: a clear error names the file and what is wrong."""
-    size = os.path.getsize(path)
-    if size > MAX_SUMMARY_BYTES:
-        raise SummaryError(f"{path}: {size:,} bytes is too large for a memory summary (at most {MAX_SUMMARY_BYTES:,})")
+    """A summary file, checked field by field: a clear error names the file and what is wrong. It is read as every
+    small input is (fragviz.base.files.read_small): a regular file of at most MAX_SUMMARY_BYTES; a FIFO, a device
+    (a link to /dev/zero) or a directory is refused in one line, unread and without waiting."""
+    from fragviz.base.errors import InputError
+    from fragviz.base.files import read_small
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
+        data = json.loads(read_small(path, MAX_SUMMARY_BYTES, "memory summary").decode("utf-8"))
+    except InputError as exc:
+        raise SummaryError(str(exc)) from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError; RecursionError: nested too deep
         raise SummaryError(f"{path}: not a memory summary: invalid JSON ({str(exc).splitlines()[0]})") from None
     return summary_from_dict(data, path)  # named by its own path: the run it summarises is in "source"
 

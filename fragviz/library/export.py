@@ -10,6 +10,7 @@ All store access is through `Library`'s public methods, here and nowhere else in
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import pyarrow as pa
 
 from fragviz.base.cells import spreadsheet_text
 from fragviz.base.errors import UsageError
+from fragviz.base.files import check_output, write_output
 from fragviz.model.lod import per_event
 from fragviz.model import NO_TIME, Segment
 from fragviz.usage.kinds import KINDS
@@ -247,19 +249,21 @@ def job_file_name(reader: Library, job_id: int, what: str, fmt: str) -> str:
 
 
 def check_destination(out: str | None, fmt: str) -> None:
-    """Refuse what cannot be written before any work: Parquet is binary, so never to standard output."""
+    """Refuse what cannot be written before any work: Parquet is binary, so never to standard output; a directory
+    or a missing folder (fragviz.base.files) never."""
     if out == "-" and fmt != "csv":
         raise UsageError(f"-o - writes CSV to standard output, not {fmt}: give -o FILE, or --format csv")
+    if out is not None:
+        check_output(out, "-o")
 
 
 def save(frame: pd.DataFrame, fmt: str, out: str, stdout: IO[str]) -> str:
-    """Write `frame` to the file `out`, or as CSV to `stdout` where `out` is "-"; where it went, in words."""
+    """Write `frame` to `out` as fragviz.base.files.write_output does (a file replaced whole, a FIFO or device
+    written in place), or as CSV to `stdout` where `out` is "-"; where it went, in words."""
     check_destination(out, fmt)
     if out == "-":
         write_frame(frame, "csv", stdout)
         return "standard output"
-    try:
-        write_frame(frame, fmt, out)
-    except OSError as exc:
-        raise UsageError(f"{out}: cannot write the export ({exc.strerror or exc})") from None
-    return out
+    body = io.BytesIO()
+    write_frame(frame, fmt, body)
+    return write_output(out, body.getvalue(), "-o")

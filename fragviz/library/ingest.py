@@ -39,7 +39,7 @@ def clean_name(name: str, basename: bool = False) -> str:
 
 
 # What an ingest can come to, and the exit status of `fragviz ingest` for it (the worst of a batch wins)
-EXIT_STATUS = {"ingested": 0, "unchanged": 0, "busy": 75, "store_error": 74, "error": 2, "internal_error": 1}
+EXIT_STATUS = {"ingested": 0, "unchanged": 0, "busy": 75, "store_error": 74, "error": 2, "internal_error": 3}
 
 
 @dataclass(frozen=True)

@@ -353,7 +353,7 @@ def test_a_busy_store_is_busy_not_a_bad_file(tmp_path):
     assert fragviz("ingest", os.path.join(REAL, "sketchkv.pickle"), "--db", db).returncode == 0
 
 
-def test_an_internal_error_is_exit_1_with_one_line_and_the_traceback_behind_debug(tmp_path, monkeypatch, capsys):
+def test_an_internal_error_is_exit_3_with_one_line_and_the_traceback_behind_debug(tmp_path, monkeypatch, capsys):
     from fragviz import cli
     import fragviz.doctor.report
 
@@ -362,10 +362,10 @@ def test_an_internal_error_is_exit_1_with_one_line_and_the_traceback_behind_debu
 
     monkeypatch.setattr(fragviz.doctor.report, "report_text", broken)
     path = os.path.join(REAL, "diffusion_tiny.pickle")
-    assert cli.main(["report", path]) == 1
+    assert cli.main(["report", path]) == 3  # never 1, which `fragviz gate` gives a broken budget
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error" in err and "--debug" in err
-    assert cli.main(["report", path, "--debug"]) == 1
+    assert cli.main(["report", path, "--debug"]) == 3
     assert "Traceback" in capsys.readouterr().err
 
 

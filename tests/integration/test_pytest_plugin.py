@@ -343,13 +343,14 @@ BUDGET_OUTCOMES = {
     # the 12 MiB request would map a whole 20 MiB page (the value shown is not checked: it is "at least" the rounded
     # request, 12 MiB)
     "test_on_a_small_device_a_20_mib_page_does_not_fit": ("failed", ("Fits the device", None, 19 * MiB)),
-    "test_growth_without_a_baseline_directory": ("passed", None),
+    # a growth budget with no baseline to grow from cannot be judged: it fails, never only warns
+    "test_growth_without_a_baseline_directory": ("failed", None),
     "test_allocates_nothing": ("passed", None),
     "test_fixture_limit_within": ("passed", None),
     "test_fixture_limit_over": ("failed", ("Peak reserved", 38 * MiB, 37 * MiB)),
     "test_fixture_limit_overrides_the_marker": ("passed", None),
 }
-GATE_FAILED = [name for name, (outcome, _line) in BUDGET_OUTCOMES.items() if outcome == "failed"]
+GATE_FAILED = [name for name, (outcome, line) in BUDGET_OUTCOMES.items() if outcome == "failed" and line is not None]
 
 
 def write_project(root) -> None:
@@ -456,7 +457,7 @@ def plugin_frames(text: str) -> list[str]:
 
 def test_each_budget_holds_at_its_limit_and_breaks_just_under_it(runs):
     run = runs["budgets"]
-    assert run.proc.returncode == 1, run.output
+    assert run.proc.returncode == 2, run.output  # broken budgets (1), and misused ones that cannot be judged (2)
     for test, (outcome, line) in BUDGET_OUTCOMES.items():
         assert run.outcome(f"test_budgets.py::{test}") == outcome, f"{test}:\n{run.output}"
         if line is not None:
@@ -478,17 +479,17 @@ def test_the_fixture_leaves_the_figures_and_the_verdict_for_after_the_test(runs)
                            "peak_allocated_bytes": 21 * MiB, "budgets": budgets}, name
 
 
-def test_a_growth_budget_without_a_baseline_directory_passes_with_a_warning(runs):
+def test_a_growth_budget_without_a_baseline_directory_fails_as_a_budget_that_cannot_be_judged(runs):
     run = runs["budgets"]
     test = "tests/test_budgets.py::test_growth_without_a_baseline_directory"
-    assert run.outcome("test_budgets.py::test_growth_without_a_baseline_directory") == "passed"
+    report = run.failure("test_budgets.py::test_growth_without_a_baseline_directory")
+    assert f"{test}: memory budget cannot be judged: its growth budget has no baseline to grow from" in report, report
+    assert "pytest --memory-update-baseline" in report and not plugin_frames(report), report
     warnings = run.proc.stdout.split("warnings summary", 1)[1]
-    assert re.search(rf"^{re.escape(test)}\n.*MemoryBudgetWarning: {re.escape(test)}: growth budget not checked: no "
-                     r"baseline directory", warnings, re.M), warnings
     nothing = "tests/test_budgets.py::test_allocates_nothing"
     assert re.search(rf"^{re.escape(nothing)}\n.*MemoryBudgetWarning: {re.escape(nothing)}: no allocation was "
                      r"recorded on the simulated device: nothing to judge", warnings, re.M), warnings
-    assert re.search(r"\b2 warnings\b", run.proc.stdout.strip().splitlines()[-1]), warnings  # those two alone
+    assert re.search(r"\b1 warning\b", run.proc.stdout.strip().splitlines()[-1]), warnings  # that one alone
 
 
 def test_a_memory_device_the_plugin_does_not_know_is_refused_at_start(tmp_path):
@@ -508,7 +509,7 @@ def test_a_misused_budget_fails_its_test_in_one_line_naming_it(runs):
                                      "expects True or False, got 'Maybe'"}
     for name, message in expect.items():
         report = run.failure(f"test_misuse.py::{name}")
-        assert f"tests/test_misuse.py::{name}: {message}" in report, report
+        assert f"tests/test_misuse.py::{name}: memory budget cannot be judged: {message}" in report, report
         assert not plugin_frames(report) and "During handling" not in report, report
     report = run.failure("test_misuse.py::test_unknown_budget_name_in_limit")
     assert "memory_budget: unknown budget(s) bogus" in report, report
@@ -518,7 +519,7 @@ def test_a_misused_budget_fails_its_test_in_one_line_naming_it(runs):
 def test_the_update_needs_a_baseline_directory(runs):
     run = runs["no_dir"]
     assert run.proc.returncode == pytest.ExitCode.USAGE_ERROR, run.output
-    assert "ERROR: --memory-update-baseline needs --memory-baseline DIR" in run.proc.stderr, run.output
+    assert "ERROR: --memory-update-baseline needs --memory-baseline=DIR" in run.proc.stderr, run.output
     assert not plugin_frames(run.output) and not run.tests
 
 
@@ -596,7 +597,7 @@ def test_a_baseline_names_the_sites_by_their_line_in_the_project(runs):
 
 def test_a_grown_allocation_fails_the_growth_budget_naming_its_line(runs):
     run = runs["growth"]
-    assert run.proc.returncode == 1, run.output
+    assert run.proc.returncode == 2, run.output  # a budget broken (1), and test_new's that cannot be judged (2)
     report = run.failure("test_grow.py::test_grows")
     # before: a 12 MiB segment and a 20 MiB one for the 3 MiB request; after: 16 MiB and 20 MiB. The site (the test
     # function, both requests) is named by the line of its most bytes, the grown one.
@@ -613,8 +614,9 @@ def test_a_grown_allocation_fails_the_growth_budget_naming_its_line(runs):
 def test_a_growth_budget_without_its_baseline_file_fails_saying_how_to_write_it(runs):
     report = runs["growth"].failure("test_new.py::test_new")
     path = os.path.join("baselines", "tests.test_new.py--test_new.json")
-    assert re.search(rf"tests/test_new\.py::test_new: no memory baseline \S*{re.escape(path)}: run pytest "
-                     r"--memory-update-baseline to write it", report), report
+    assert re.search(rf"tests/test_new\.py::test_new: memory budget cannot be judged: no memory baseline "
+                     rf"\S*{re.escape(path)} for its growth budget: write it with pytest --memory-update-baseline",
+                     report), report
     assert not plugin_frames(report)
 
 
