@@ -6,46 +6,33 @@ Every figure is the replay's own (`fragviz report` gives the same): the peaks ar
 series over the traced window, the fragmentation is non-releasable / reserved at the reserved peak at its fullest
 (`fullest_peak`), and the sites are `fragviz.usage.sites` labels of the live blocks in that state.
 
-Sites are matched between two runs by a key that survives an edit elsewhere in the file and a different checkout
-directory: the site frame's last two path components and its function, without the line (`site_key`).
+A site is the exact line of its allocations' site frame, with the code of that line, so that a candidate's sites are
+matched to its baseline's across line shifts, comprehensions and lambdas (`fragviz.gate.sites`). A summary of version
+1 (fragviz before lines were sites) held a site per file and function: it is still read, and compared function by
+function (`sites_by_function`).
 """
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from fragviz.base.errors import FragvizError
-from fragviz.model import Frame
+from fragviz.gate.sites import SiteBytes, sites_of
 from fragviz.model.metrics import fragmentation
 from fragviz.replay.analysis import Analysis
-from fragviz.snapshot.frames import is_user_frame
-from fragviz.usage.sites import NO_STACK_SITE, site_frame, site_label
 
 SUMMARY_KIND = "fragviz-memory-summary"
-SUMMARY_VERSION = 1
-SITES_KEPT = 50  # sites per device in a summary: the growth of a site past these is not told apart
+SUMMARY_VERSION = 2  # 2: a site is a line, with its code; 1: a file and function (read, compared by function)
+READ_VERSIONS = (1, 2)
 MAX_SUMMARY_BYTES = 4 * 1024 * 1024  # a summary is a few KiB; a larger "summary" is not one
 
 
 class SummaryError(FragvizError):
     """A file given as a memory summary that is not one."""
-
-
-@dataclass(frozen=True)
-class SiteBytes:
-    """Live bytes of one allocation site at the reserved peak."""
-
-    key: str  # what matches the site across two runs (site_key)
-    site: str  # "filename:line function", as the dashboard labels it
-    frame: str | None  # the innermost user frame (Python outside torch), None when the stack has none
-    bytes: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "site": self.site, "frame": self.frame, "bytes": self.bytes}
 
 
 @dataclass(frozen=True)
@@ -74,12 +61,14 @@ class MemorySummary:
     devices: tuple[DeviceFigures, ...]
     simulated: bool
     warnings: tuple[str, ...] = ()
+    sites_by_function: bool = False  # read from a summary of version 1: a site is a file and function, not a line
 
     def device(self, index: int) -> DeviceFigures | None:
         return next((d for d in self.devices if d.device == index), None)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": SUMMARY_KIND, "version": SUMMARY_VERSION, "source": self.source, "simulated": self.simulated,
+        version = 1 if self.sites_by_function else SUMMARY_VERSION
+        return {"kind": SUMMARY_KIND, "version": version, "source": self.source, "simulated": self.simulated,
                 "devices": [d.as_dict() for d in self.devices], "warnings": list(self.warnings)}
 
     def to_json(self) -> str:
@@ -124,46 +113,6 @@ def fullest_peak(reserved: np.ndarray, allocated: np.ndarray) -> int:
     return int(plateau[int(np.argmax(allocated[plateau]))])
 
 
-def sites_of(segments: Sequence, frames_of, limit: int = SITES_KEPT) -> tuple[SiteBytes, ...]:
-    """Live bytes by site key in a state (active blocks, pending frees included), most bytes first."""
-    by_stack: dict[int, int] = {}
-    for seg in segments:
-        for b in seg.blocks:
-            if b.state.is_active:
-                by_stack[b.stack] = by_stack.get(b.stack, 0) + b.size
-    merged: dict[str, dict[tuple[str, str | None], int]] = {}  # key -> {(site, user frame): bytes}
-    for stack, size in by_stack.items():
-        frames = frames_of(stack) if stack >= 0 else []
-        labels = merged.setdefault(site_key(frames), {})
-        label = (site_label(frames), user_frame(frames))
-        labels[label] = labels.get(label, 0) + size
-    totals = {key: sum(labels.values()) for key, labels in merged.items()}
-    ranked = sorted(totals, key=lambda key: (-totals[key], key))[:limit]
-    out = []
-    for key in ranked:  # the label (and user frame) of the key's largest share of bytes names it
-        (site, frame), _ = max(merged[key].items(), key=lambda kv: (kv[1], kv[0][0]))
-        out.append(SiteBytes(key, site, frame, totals[key]))
-    return tuple(out)
-
-
-def site_key(frames: Sequence[Frame]) -> str:
-    """The site frame's last two path components and function: the same site in two checkouts, or after lines
-    moved above it, has the same key."""
-    if not frames:
-        return NO_STACK_SITE
-    chosen = site_frame(frames)
-    if chosen is None:
-        return site_label(frames)
-    parts = chosen.filename.replace("\\", "/").split("/")
-    return f"{'/'.join(parts[-2:])} {chosen.name}"
-
-
-def user_frame(frames: Sequence[Frame]) -> str | None:
-    """The innermost user frame, "filename:line function"."""
-    found = next((f for f in frames if is_user_frame(f)), None)
-    return None if found is None else f"{found.filename}:{found.line} {found.name}"
-
-
 # -- from JSON ---------------------------------------------------------------------------------------------------
 
 def is_summary_file(path: str) -> bool:
@@ -195,13 +144,15 @@ def read_summary(path: str) -> MemorySummary:
 def summary_from_dict(data: Any, where: str) -> MemorySummary:
     if not isinstance(data, dict) or data.get("kind") != SUMMARY_KIND:
         raise SummaryError(f"{where}: not a memory summary (no \"kind\": \"{SUMMARY_KIND}\")")
-    if data.get("version") != SUMMARY_VERSION:
-        raise SummaryError(f"{where}: memory summary version {data.get('version')!r} is not one this fragviz reads "
-                           f"({SUMMARY_VERSION})")
+    version = data.get("version")
+    if isinstance(version, bool) or version not in READ_VERSIONS:
+        raise SummaryError(f"{where}: memory summary version {version!r} is not one this fragviz reads "
+                           f"({', '.join(map(str, READ_VERSIONS))}): write it again with this fragviz")
     devices = _field(data, "devices", list, where)
     return MemorySummary(where, tuple(_device(d, f"{where}: devices[{i}]")
                                                                for i, d in enumerate(devices)),
-                         bool(data.get("simulated", False)), tuple(str(w) for w in data.get("warnings", ())))
+                         bool(data.get("simulated", False)), tuple(str(w) for w in data.get("warnings", ())),
+                         sites_by_function=version == 1)
 
 
 def _device(d: Any, where: str) -> DeviceFigures:
@@ -221,7 +172,15 @@ def _site(s: Any, where: str) -> SiteBytes:
         raise SummaryError(f"{where}: not an object")
     frame = s.get("frame")
     return SiteBytes(str(_field(s, "key", str, where)), str(_field(s, "site", str, where)),
-                     None if frame is None else str(frame), _count(s, "bytes", where))
+                     None if frame is None else str(frame), _count(s, "bytes", where),
+                     _optional(s, "line", int, where), _optional(s, "code", str, where))
+
+
+def _optional(d: dict, name: str, kind, where: str) -> Any:
+    """A field that may be absent or null (a site's line and code: a summary of version 1 has neither)."""
+    if d.get(name) is None:
+        return None
+    return _count(d, name, where) if kind is int else _field(d, name, kind, where)
 
 
 def _field(d: dict, name: str, kind, where: str) -> Any:

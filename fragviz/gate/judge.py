@@ -16,6 +16,7 @@ from fragviz.allocator.rules import allocation_size, round_size
 from fragviz.base.units import format_bytes
 from fragviz.gate.budgets import Budgets
 from fragviz.gate.figures import DeviceFigures, MemorySummary
+from fragviz.gate.sites import SiteBytes, by_function, match_sites
 from fragviz.replay.analysis import Analysis
 
 PASSED, FAILED, CANNOT_JUDGE = "passed", "failed", "cannot judge"
@@ -44,21 +45,29 @@ class Check:
 
 @dataclass(frozen=True)
 class SiteChange:
-    """An allocation site's live bytes at the reserved peak, before (the baseline; None without one) and after."""
+    """An allocation site's live bytes at the reserved peak, before (the baseline; None without one) and after; the
+    site is the candidate's line, `before_line` the line of the baseline site it matched (fragviz.gate.sites)."""
 
     site: str
     frame: str | None
     before_bytes: int | None
     after_bytes: int
     device: int
+    line: int | None = None
+    before_line: int | None = None
 
     @property
     def growth(self) -> int:
         return self.after_bytes - (self.before_bytes or 0)
 
+    @property
+    def moved(self) -> bool:
+        """The baseline held this site at another line (lines added above it, or its allocation moved)."""
+        return None not in (self.line, self.before_line) and self.line != self.before_line
+
     def as_dict(self) -> dict[str, Any]:
-        return {"site": self.site, "frame": self.frame, "before_bytes": self.before_bytes,
-                "after_bytes": self.after_bytes, "device": self.device}
+        return {"site": self.site, "frame": self.frame, "line": self.line, "before_line": self.before_line,
+                "before_bytes": self.before_bytes, "after_bytes": self.after_bytes, "device": self.device}
 
 
 @dataclass(frozen=True)
@@ -226,6 +235,12 @@ def _notes(candidate: MemorySummary, baseline: MemorySummary | None) -> tuple[st
     if baseline is not None and candidate.simulated != baseline.simulated:
         notes.append("one run was recorded on a CPU through fragviz's allocator model and the other on a CUDA "
                      "device: their figures differ by more than the change under test")
+    for s in (candidate, baseline):
+        if s is not None and s.sites_by_function and baseline is not None:
+            notes.append(f"{s.source} is a memory summary of version 1, whose sites are functions, not lines: sites "
+                         "are compared function by function; write it again with this fragviz, from the code it was "
+                         "written from (pytest --memory-update-baseline, or fragviz gate --write-summary), to compare "
+                         "them line by line")
     return tuple(notes)
 
 
@@ -233,17 +248,24 @@ def site_changes(candidate: MemorySummary, baseline: MemorySummary | None,
                  limit: int = SITES_SHOWN) -> tuple[SiteChange, ...]:
     """The sites whose live bytes at the reserved peak grew most (without a baseline: the candidate's largest)."""
     out: list[SiteChange] = []
+    by_lines = baseline is None or not (candidate.sites_by_function or baseline.sites_by_function)
     for dev in candidate.devices:
         before = baseline.device(dev.device) if baseline else None
         if before is None:
-            out.extend(SiteChange(s.site, s.frame, None, s.bytes, dev.device) for s in dev.sites)
+            out.extend(SiteChange(s.site, s.frame, None, s.bytes, dev.device, s.line) for s in dev.sites)
             continue
-        old = {s.key: s.bytes for s in before.sites}
-        out.extend(SiteChange(s.site, s.frame, old.get(s.key, 0), s.bytes, dev.device)
-                   for s in dev.sites if s.bytes > old.get(s.key, 0))
+        ours, theirs = (dev.sites, before.sites) if by_lines else (by_function(dev.sites), by_function(before.sites))
+        out.extend(_change(s, was, dev.device) for s, was in match_sites(ours, theirs)
+                   if s.bytes > (was.bytes if was else 0))
     if baseline is None:
         return tuple(sorted(out, key=lambda s: (-s.after_bytes, s.site))[:limit])
     return tuple(sorted(out, key=lambda s: (-s.growth, s.site))[:limit])
+
+
+def _change(site: SiteBytes, was: SiteBytes | None, device: int) -> SiteChange:
+    if was is None:
+        return SiteChange(site.site, site.frame, 0, site.bytes, device, site.line)
+    return SiteChange(site.site, site.frame, was.bytes, site.bytes, device, site.line, was.line)
 
 
 def _asked(requested: int, settings: AllocatorSettings) -> int:

@@ -46,6 +46,11 @@ def site_change_text(s: SiteChange) -> str:
     return f"{format_bytes(s.before_bytes)} -> {format_bytes(s.after_bytes)} (+{format_bytes(s.growth)})"
 
 
+def moved_text(s: SiteChange) -> str:
+    """" (line N in the baseline)" where the baseline held the site at another line, else ""."""
+    return f" (line {s.before_line} in the baseline)" if s.moved else ""
+
+
 # -- text ----------------------------------------------------------------------------------------------------------
 
 def gate_text(result: GateResult) -> str:
@@ -66,7 +71,7 @@ def gate_text(result: GateResult) -> str:
         grew = result.baseline is not None
         lines += ["", "sites whose memory at the peak grew most:" if grew else "sites holding most memory at the peak:"]
         for s in result.sites:
-            lines.append(f"  {site_change_text(s):>32}  {s.site}")
+            lines.append(f"  {site_change_text(s):>32}  {s.site}{moved_text(s)}")
             if s.frame and s.frame != s.site:
                 lines.append(f"  {'':>32}    first user frame {s.frame}")
     elif result.baseline is not None and result.status != CANNOT_JUDGE:
@@ -104,7 +109,7 @@ def gate_markdown(result: GateResult, command: str | None = None) -> str:
                   "", "| Site | Before | After | First user frame |", "|---|---:|---:|---|"]
         for s in result.sites:
             before = "-" if s.before_bytes is None else format_bytes(s.before_bytes)
-            lines.append(f"| `{_code(s.site)}` | {before} | {format_bytes(s.after_bytes)} | "
+            lines.append(f"| `{_code(s.site)}`{moved_text(s)} | {before} | {format_bytes(s.after_bytes)} | "
                          f"{f'`{_code(s.frame)}`' if s.frame else '-'} |")
         lines.append("")
     lines += [f"> {_md(n)}" for n in result.notes]

@@ -22,12 +22,18 @@ def is_internal(frame: Frame) -> bool:
     return any(n in frame.name for n in _INTERNAL_NAMES) or any(f in frame.filename for f in _INTERNAL_FILES)
 
 
+# The standard library's own files ("/usr/lib/python3.11/copy.py"), not the packages installed beside it
+_STDLIB = re.compile(r"[/\\]lib[/\\]python\d+(\.\d+)?t?[/\\](?!(site|dist)-packages[/\\])")
+
+
 def is_user_frame(frame: Frame) -> bool:
-    """A Python frame outside torch's own package: where a user would look first."""
+    """A Python frame outside torch's own package and the standard library: where a user would look first (the line
+    that called `copy.deepcopy(model)`, not copy.py's). A Python frame is not filtered by its function's name, as
+    C++ frames are (`is_internal`): `on_train_batch_start` is a user's hook, not the C runtime's `_start`."""
     fn = frame.filename
-    if is_internal(frame) or not fn.endswith(".py"):
+    if not fn.endswith(".py") or any(f in fn for f in _INTERNAL_FILES):
         return False
-    return "/torch/" not in fn and not fn.startswith("<frozen")
+    return "/torch/" not in fn and not fn.startswith("<frozen") and not _STDLIB.search(fn)
 
 
 # The caching allocator's own frames and c10's (PyTorch's core library: the allocator, storage, tensors and the

@@ -3,7 +3,7 @@
 A site is one frame of an allocation's stack (innermost call first), written "filename:line name". It is the
 first of these found:
 
-1. the innermost user frame: Python outside torch's package (`is_user_frame`);
+1. the innermost user frame: Python outside torch's package and the standard library (`is_user_frame`);
 2. the innermost other Python frame that is not internal: torch's own Python code;
 3. the innermost frame of the autograd engine's work (namespace `torch::autograd`, but not `VariableType`, which
    every forward op passes through): backward runs on the engine's own threads, with no Python frame, and its

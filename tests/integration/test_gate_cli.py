@@ -22,7 +22,7 @@ SAMPLES = os.path.join(ROOT, "sample_snapshots")
 TRAIN = os.path.join(SAMPLES, "gpt_train.pickle.gz")
 RESULT_KEYS = {"passed", "status", "reason", "checks", "sites", "candidate", "baseline", "budgets", "notes"}
 CHECK_KEYS = {"name", "limit", "value", "baseline", "passed", "device", "unit", "detail"}
-SITE_KEYS = {"site", "frame", "before_bytes", "after_bytes", "device"}
+SITE_KEYS = {"site", "frame", "line", "before_line", "before_bytes", "after_bytes", "device"}
 
 
 def fragviz(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -217,18 +217,21 @@ def test_a_written_summary_serves_as_the_baseline(tmp_path, runs):
     against_summary = gate_json(leak, "--baseline", summary, *budgets, status=1)
     assert against_summary["checks"] == against_snapshot["checks"]
     assert against_summary["sites"] == against_snapshot["sites"] == [
-        {"site": label("train.py", 40, "stash"), "frame": label("train.py", 40, "stash"), "before_bytes": 0,
-         "after_bytes": 6 * MiB, "device": 0}]
+        {"site": label("train.py", 40, "stash"), "frame": label("train.py", 40, "stash"), "line": 40,
+         "before_line": None, "before_bytes": 0, "after_bytes": 6 * MiB, "device": 0}]
 
 
 def test_sites_match_across_a_line_shift_and_another_directory(tmp_path, runs):
-    # the same files checked out elsewhere, with a line added at the top of each, and `forward` leaking
+    # the same files checked out elsewhere, with a line added at the top of each, `forward` leaking at a line of its
+    # own and its activations grown by 2 MiB: the leak is a new site at its line, the activations the baseline's
+    # line 20, now 21
     moved = "/ci/runner/work/proj"
     path = write_pickle(str(tmp_path / "moved.pickle"),
-                        run(root=moved, shift=1, leak=6 * MiB, leak_name="forward").snapshot())
+                        run(root=moved, shift=1, act=10 * MiB, leak=6 * MiB, leak_name="forward").snapshot())
     d = gate_json(path, "--baseline", runs[0], "--max-peak-reserved", "1GiB", status=0)
-    assert [(s["site"], s["before_bytes"], s["after_bytes"]) for s in d["sites"]] == [
-        (label("train.py", 21, "forward", moved), 8 * MiB, 14 * MiB)]
+    assert [(s["site"], s["before_line"], s["before_bytes"], s["after_bytes"]) for s in d["sites"]] == [
+        (label("train.py", 41, "forward", moved), None, 0, 6 * MiB),
+        (label("train.py", 21, "forward", moved), 20, 8 * MiB, 10 * MiB)]
 
 
 # -- the files for CI --------------------------------------------------------------------------------------------

@@ -16,6 +16,10 @@ from tests.support.helpers import ROOT
 EXAMPLE = os.path.join(ROOT, "examples", "memory_gate")
 LEAK_LINE = "        self.seen.append(h)  # every step's activations, kept for debugging\n"
 ACTIVATION = "        h = torch.relu(self.fc1(x))\n"
+# a global list in the training loop that keeps each step's features: allocated in `train`, beside optimizer.step()
+FEATURES_LINE = "        FEATURES.append(model.fc1(x).detach())  # each step's features, for a plot after training\n"
+LOSS = "        loss = F.cross_entropy(model(x), y)\n"
+STEP = "        optimizer.step()\n"
 
 
 def _env(tmp_path) -> dict:
@@ -36,9 +40,10 @@ def gate(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The example copied three times: unchanged, with the leak, with a larger hidden size; each run once."""
+    """The example copied four times: unchanged, with a leak in the model, with a leak in the training loop, with a
+    larger hidden size; each run once."""
     out = {}
-    for name, change in (("unchanged", None), ("leak", add_leak), ("wider", widen)):
+    for name, change in (("unchanged", None), ("leak", add_leak), ("loop_leak", add_loop_leak), ("wider", widen)):
         project = tmp_path_factory.mktemp(name) / "memory_gate"
         shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
         if change is not None:
@@ -57,6 +62,21 @@ def add_leak(project) -> None:
     text = text.replace("        self.fc2 = nn.Linear(hidden, classes)\n",
                         "        self.fc2 = nn.Linear(hidden, classes)\n        self.seen: list = []\n")
     path.write_text(text.replace(ACTIVATION, ACTIVATION + LEAK_LINE))
+
+
+def add_loop_leak(project) -> None:
+    """A global list that keeps each step's features (first-layer outputs) alive: its allocations are `train`'s, as
+    the optimizer's state is."""
+    path = project / "tinynet" / "train.py"
+    text = path.read_text()
+    assert LOSS in text and STEP in text
+    text = text.replace("from tinynet.model import TinyNet\n",
+                        "from tinynet.model import TinyNet\n\nFEATURES: list = []\n")
+    path.write_text(text.replace(LOSS, FEATURES_LINE + LOSS))
+
+
+def line_in(project, name: str, line: str) -> int:
+    return (project / "tinynet" / name).read_text().splitlines(keepends=True).index(line) + 1
 
 
 def widen(project) -> None:
@@ -78,13 +98,19 @@ def failed_tests(result: subprocess.CompletedProcess) -> set[str]:
 
 def train_report(result: subprocess.CompletedProcess) -> str:
     """The training test's failure report in pytest's output (the evaluation test's follows it)."""
-    return result.stdout.split("_ test_train_memory _", 1)[1].split("_ test_evaluate_memory _")[0]
+    return result.stdout.split("_ test_train_memory _", 1)[1].split("_ test_evaluate_memory _")[0].split(
+        "short test summary info")[0]
+
+
+def evaluate_report(result: subprocess.CompletedProcess) -> str:
+    return result.stdout.split("_ test_evaluate_memory _", 1)[1].split("short test summary info")[0]
 
 
 def grown_sites(report: str) -> list[str]:
-    """The site column of the report's grown-sites lines, in order."""
+    """The site column of the report's grown-sites lines, in order (a site that moved: with its baseline line)."""
     part = report.split("sites whose memory at the peak grew most:", 1)[1]
-    return re.findall(r"^\s+[\d.]+ \w?i?B -> [\d.]+ \w?i?B \(\+[\d.]+ \w?i?B\)\s+(\S+ \w+)$", part, re.M)
+    return re.findall(r"^\s+[\d.]+ \w?i?B -> [\d.]+ \w?i?B \(\+[\d.]+ \w?i?B\)\s+(\S+ \w+(?: \(line \d+ in the "
+                      r"baseline\))?)$", part, re.M)
 
 
 def test_the_unchanged_project_passes_its_budgets(runs):
@@ -104,6 +130,23 @@ def test_the_leak_fails_the_budgeted_tests_naming_the_leaking_site(runs):
     assert grown_sites(report)[0] == activation_site(project)
     summary = (tmp / "step_summary.md").read_text()
     assert summary.count("memory gate FAILED") == 2 and activation_site(project) in summary
+    # evaluation holds a step's activations in its baseline too: the same site, a line lower (a line was added to
+    # __init__ above it), matched by its code
+    line = line_in(project, "model.py", ACTIVATION)
+    assert grown_sites(evaluate_report(result))[0] == f"{activation_site(project)} (line {line - 1} in the baseline)"
+
+
+def test_a_leak_in_the_training_loop_is_named_at_its_own_line_not_at_the_optimizer_step(runs):
+    project, tmp, result = runs["loop_leak"]
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert failed_tests(result) == {"test_train_memory"}  # evaluation does not train
+    sites = grown_sites(train_report(result))
+    assert sites[0] == f"tinynet/train.py:{line_in(project, 'train.py', FEATURES_LINE)} train", sites
+    # optimizer.step() holds the most bytes of `train` (AdamW's moments) and moved two lines down: the same site as in
+    # the baseline, not grown
+    step = f"tinynet/train.py:{line_in(project, 'train.py', STEP)} train"
+    assert not [s for s in sites if s.startswith(step)], sites
+    assert sites[0] in (tmp / "step_summary.md").read_text()
 
 
 def test_a_larger_hidden_size_fails_the_growth_budget(runs):
@@ -112,12 +155,14 @@ def test_a_larger_hidden_size_fails_the_growth_budget(runs):
     assert failed_tests(result) == {"test_train_memory", "test_evaluate_memory"}
     report = train_report(result)
     assert re.search(r"FAIL Peak allocated growth", report)
-    # what grows with the parameters: the weights, and the optimizer's state (AdamW's two moments per weight)
+    # what grows with the parameters, each at its own line: the optimizer's state (AdamW's two moments per weight),
+    # the gradients, the weights
     model = (project / "tinynet" / "model.py").read_text().splitlines()
     train = (project / "tinynet" / "train.py").read_text().splitlines()
     weights = f"tinynet/model.py:{model.index('        self.fc1 = nn.Linear(features, hidden)') + 1} __init__"
     moments = f"tinynet/train.py:{train.index('        optimizer.step()') + 1} train"
-    assert set(grown_sites(report)[:2]) == {weights, moments}
+    gradients = f"tinynet/train.py:{train.index('        loss.backward()') + 1} train"
+    assert grown_sites(report)[:3] == [moments, gradients, weights]
 
 
 def test_fragviz_gate_catches_the_leak_on_the_snapshots_the_plugin_wrote(runs):

@@ -589,25 +589,33 @@ def test_a_baseline_names_the_sites_by_their_line_in_the_project(runs):
                          .read_text())
     line = line_of(FIGURES, "    big = torch.empty(18 * MiB, dtype=torch.uint8)\n")
     site = f"tests/test_figures.py:{line} test_two_requests_live_together"
-    # both blocks are live at the peak; a site is a file and function (its line moves with an edit), named by the
-    # line of its most bytes
-    assert summary["devices"][0]["sites"] == [{"key": "tests/test_figures.py test_two_requests_live_together",
-                                               "site": site, "frame": site, "bytes": 21 * MiB}]
+    # both blocks are live at the peak, each a site of its own line, with the code of the line (to match it to a
+    # candidate's after lines move) and its scope, the file and function
+    kept_line = line_of(FIGURES, "    kept = torch.empty(3 * MiB, dtype=torch.uint8)\n")
+    kept = f"tests/test_figures.py:{kept_line} test_two_requests_live_together"
+    key = "tests/test_figures.py test_two_requests_live_together"
+    assert summary["version"] == 2
+    assert summary["devices"][0]["sites"] == [
+        {"key": key, "site": site, "frame": site, "line": line,
+         "code": "big = torch.empty(18 * MiB, dtype=torch.uint8)", "bytes": 18 * MiB},
+        {"key": key, "site": kept, "frame": kept, "line": kept_line,
+         "code": "kept = torch.empty(3 * MiB, dtype=torch.uint8)", "bytes": 3 * MiB}]
 
 
 def test_a_grown_allocation_fails_the_growth_budget_naming_its_line(runs):
     run = runs["growth"]
     assert run.proc.returncode == 2, run.output  # a budget broken (1), and test_new's that cannot be judged (2)
     report = run.failure("test_grow.py::test_grows")
-    # before: a 12 MiB segment and a 20 MiB one for the 3 MiB request; after: 16 MiB and 20 MiB. The site (the test
-    # function, both requests) is named by the line of its most bytes, the grown one.
+    # before: a 12 MiB segment and a 20 MiB one for the 3 MiB request; after: 16 MiB and 20 MiB. The grown line is
+    # named, its code changed: matched to its baseline line as the nearest line of its function not matched by code.
     assert "memory gate FAILED: 2 of 2 budget(s) broken" in report, report
     assert check_line("Peak reserved growth", 36 * MiB, int(32 * MiB * 105 / 100)).search(report), report
     assert check_line("Peak allocated growth", 19 * MiB, int(15 * MiB * 105 / 100)).search(report), report
     site = f"tests/test_grow.py:{line_of(GROW, GROWN_LINE)} test_grows"
     grown = report.split("sites whose memory at the peak grew most:", 1)[1]
     first = grown.strip().splitlines()[0].split()
-    assert " ".join(first) == f"15.00 MiB -> 19.00 MiB (+4.00 MiB) {site}", grown
+    assert " ".join(first) == f"12.00 MiB -> 16.00 MiB (+4.00 MiB) {site}", grown
+    assert len([line for line in grown.splitlines() if " -> " in line]) == 1, grown  # the 3 MiB line did not grow
     assert run.outcome("test_grow.py::test_steady") == "passed"  # 0 % growth: the same figures in another process
 
 
