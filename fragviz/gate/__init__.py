@@ -2,6 +2,8 @@
 memory worse.
 
 - `figures`: a run's figures per device (peaks, fragmentation at the reserved peak, sites), the small JSON summary;
+- `sites`: an allocation site, the exact line of its first user frame, and a candidate's sites matched to its
+  baseline's (the code of the line, its function, the nearest line);
 - `budgets`: the limits as users write them, and the `fragviz gate` command line that checks them;
 - `judge`: the checks, the grown sites, the device-size simulation, the verdict (passed, failed, cannot judge);
 - `report`: the verdict as text, Markdown and JUnit XML;
