@@ -109,7 +109,7 @@ def _any_held(device: SimulatedDevice, args: tuple, kwargs: dict) -> bool:
 
 def held(device: SimulatedDevice, t: Any) -> bool:
     """Whether a tensor is on the simulated CUDA device."""
-    return _storage_key(t) is not None and device.holds(t.untyped_storage())
+    return device.placement == CUDA_TENSORS and device.holds_key(_storage_key(t))
 
 
 def device_type(value: Any) -> str | None:

@@ -128,7 +128,10 @@ class SimulatedDevice:
 
     def holds(self, storage: Any) -> bool:
         """Whether a storage is on the simulated CUDA device (never, until the code places one there)."""
-        return self.placement == CUDA_TENSORS and storage._cdata in self._live
+        return self.holds_key(storage._cdata)
+
+    def holds_key(self, key: int | None) -> bool:
+        return self.placement == CUDA_TENSORS and key in self._live
 
     def track(self, storage: Any, stream: int = 0) -> None:
         key = storage._cdata

@@ -62,6 +62,11 @@ def parse_snapshot(raw: RawSnapshot, limits: Limits | None = None, consume: bool
         provenance=provenance)
 
 
+# what a simulated recording counted (fragviz.allocator.recorder's placement), as its warning says it
+_PLACEMENTS = {"cuda tensors": ": the tensors the code placed on CUDA, run on a CPU",
+               "every tensor": ": every tensor of a CPU run (the code placed none on CUDA)"}
+
+
 def _provenance(data: Any, ctx: ParseContext) -> dict | None:
     value = data.get(PROVENANCE_KEY) if isinstance(data, dict) else None
     if not isinstance(value, dict):
@@ -71,7 +76,8 @@ def _provenance(data: Any, ctx: ParseContext) -> dict | None:
     if origin == "synthetic":
         ctx.warn("this snapshot was made by fragviz's synthetic workload generator, not recorded by PyTorch")
     elif origin == "simulated":
-        ctx.warn("this snapshot was simulated by fragviz's allocator model, not recorded on a GPU")
+        ctx.warn("this snapshot was simulated by fragviz's allocator model, not recorded on a GPU"
+                 + _PLACEMENTS.get(value.get("placement"), ""))
     return value
 
 

@@ -13,6 +13,7 @@ import threading
 import urllib.request
 
 from fragviz.gate.inputs import read_side
+from fragviz.replay.analysis import analyze
 from fragviz.snapshot import load_snapshot
 from tests.support.helpers import wait_for
 
@@ -50,6 +51,7 @@ def test_a_hugging_face_style_model_trained_with_autocast_and_a_grad_scaler(tmp_
     assert recorded.peak_reserved_bytes == said["max_memory_reserved"]
     provenance = load_snapshot(path).provenance
     assert provenance["placement"] == "cuda tensors" and provenance["origin"] == "simulated"
+    assert any("the tensors the code placed on CUDA, run on a CPU" in w for w in analyze(load_snapshot(path)).warnings)
 
 
 def test_autocast_cuda_computes_in_half_precision_on_the_simulated_device(tmp_path):
@@ -111,6 +113,7 @@ def test_code_that_never_names_cuda_counts_every_tensor_and_says_so(tmp_path):
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert load_snapshot(path).provenance["placement"] == "every tensor"
+    assert any("every tensor of a CPU run" in w for w in analyze(load_snapshot(path)).warnings)
     assert figures(path).peak_allocated_bytes == 3 * MiB
 
 
