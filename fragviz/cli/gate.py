@@ -19,7 +19,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     budgets = budgets_from_text(args.max_peak_reserved, args.max_peak_allocated, args.max_growth,
                                 args.max_fragmentation, args.device_memory, args.alloc_conf)
-    outputs = _check_outputs(args)  # a folder or a missing one, refused before the runs are read
+    to_stdout = _check_outputs(args)  # a folder or a missing one, refused before the runs are read
     try:
         candidate, baseline = read_sides(args.candidate, args.baseline, args.db, budgets)
     except FragvizError as exc:  # a side that cannot be read: the gate cannot judge, and every report says why
@@ -39,18 +39,19 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if args.junit:
         _write(args.junit, gate_junit(result), "--junit")
     verdict = json.dumps(result.as_dict()) if args.json else gate_text(result)
-    print(verdict, file=sys.stderr if STDOUT in outputs else sys.stdout)  # "-" gave standard output to a report
+    print(verdict, file=sys.stderr if to_stdout else sys.stdout)  # a report on standard output: the verdict beside
     return result.exit_code
 
 
-def _check_outputs(args: argparse.Namespace) -> list[str]:
-    from fragviz.base.files import check_output
+def _check_outputs(args: argparse.Namespace) -> bool:
+    """Refuse an output that cannot be written; whether one of them is standard output (-, /dev/stdout)."""
+    from fragviz.base.files import check_output, own_descriptor
 
     given = [(args.write_summary, "--write-summary"), (args.markdown, "--markdown"), (args.junit, "--junit")]
     for path, label in given:
         if path:
             check_output(path, label)
-    return [path for path, _ in given if path]
+    return any(path and (path == STDOUT or own_descriptor(path) == 1) for path, _ in given)
 
 
 def _write(path: str, text: str, label: str) -> None:
