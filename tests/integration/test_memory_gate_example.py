@@ -20,6 +20,7 @@ ACTIVATION = "        h = torch.relu(self.fc1(x))\n"
 FEATURES_LINE = "        FEATURES.append(model.fc1(x).detach())  # each step's features, for a plot after training\n"
 LOSS = "        loss = F.cross_entropy(model(x), y)\n"
 STEP = "        optimizer.step()\n"
+GPU_TEST = "test_mixed_precision_training_memory"  # tests/test_gpu_memory.py: code written for CUDA
 
 
 def _env(tmp_path) -> dict:
@@ -93,13 +94,18 @@ def activation_site(project) -> str:
 
 
 def failed_tests(result: subprocess.CompletedProcess) -> set[str]:
-    return set(re.findall(r"^FAILED tests/test_memory\.py::(\w+)", result.stdout, re.M))
+    return set(re.findall(r"^FAILED tests/test_\w+\.py::(\w+)", result.stdout, re.M))
 
 
 def train_report(result: subprocess.CompletedProcess) -> str:
     """The training test's failure report in pytest's output (the evaluation test's follows it)."""
     return result.stdout.split("_ test_train_memory _", 1)[1].split("_ test_evaluate_memory _")[0].split(
         "short test summary info")[0]
+
+
+def gpu_report(result: subprocess.CompletedProcess) -> str:
+    """The GPU-style test's failure report (tests/test_gpu_memory.py runs first)."""
+    return result.stdout.split(f"_ {GPU_TEST} _", 1)[1].split("_ test_train_memory _")[0]
 
 
 def evaluate_report(result: subprocess.CompletedProcess) -> str:
@@ -116,20 +122,22 @@ def grown_sites(report: str) -> list[str]:
 def test_the_unchanged_project_passes_its_budgets(runs):
     _project, tmp, result = runs["unchanged"]
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 passed" in result.stdout
+    assert "4 passed" in result.stdout
     assert not (tmp / "step_summary.md").exists()  # nothing failed: nothing to report
-    assert len(os.listdir(tmp / "snapshots")) == 3
+    assert len(os.listdir(tmp / "snapshots")) == 4
 
 
 def test_the_leak_fails_the_budgeted_tests_naming_the_leaking_site(runs):
     project, tmp, result = runs["leak"]
     assert result.returncode == 1, result.stdout + result.stderr
-    assert failed_tests(result) == {"test_train_memory", "test_evaluate_memory"}
+    assert failed_tests(result) == {"test_train_memory", "test_evaluate_memory", GPU_TEST}
     report = train_report(result)
     assert re.search(r"FAIL Peak allocated growth", report)
     assert grown_sites(report)[0] == activation_site(project)
     summary = (tmp / "step_summary.md").read_text()
-    assert summary.count("memory gate FAILED") == 2 and activation_site(project) in summary
+    assert summary.count("memory gate FAILED") == 3 and activation_site(project) in summary
+    # the same leak in the code written for a GPU, recorded on the simulated CUDA device: named at the same line
+    assert grown_sites(gpu_report(result))[0].startswith(activation_site(project))
     # evaluation holds a step's activations in its baseline too: the same site, a line lower (a line was added to
     # __init__ above it), matched by its code
     line = line_in(project, "model.py", ACTIVATION)
@@ -152,7 +160,7 @@ def test_a_leak_in_the_training_loop_is_named_at_its_own_line_not_at_the_optimiz
 def test_a_larger_hidden_size_fails_the_growth_budget(runs):
     project, _tmp, result = runs["wider"]
     assert result.returncode == 1, result.stdout + result.stderr
-    assert failed_tests(result) == {"test_train_memory", "test_evaluate_memory"}
+    assert failed_tests(result) == {"test_train_memory", "test_evaluate_memory", GPU_TEST}
     report = train_report(result)
     assert re.search(r"FAIL Peak allocated growth", report)
     # what grows with the parameters, each at its own line: the optimizer's state (AdamW's two moments per weight),

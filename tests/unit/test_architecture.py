@@ -130,7 +130,9 @@ def test_the_core_never_imports_the_ui():
 
 
 # The modules that record a workload (fragviz capture and run, the gate's pytest plugin): they import torch, lazily
-RECORDERS = ("fragviz/allocator/recorder.py", "fragviz/gate/record.py")
+RECORDERS = ("fragviz/allocator/recorder.py", "fragviz/gate/record.py",
+             # CUDA code on a CPU, what the simulated recorder runs the code under
+             "fragviz/allocator/cudasim.py", "fragviz/allocator/cudaapi.py", "fragviz/allocator/tensor_moves.py")
 
 
 def test_the_core_does_not_need_torch():
