@@ -14,18 +14,19 @@ function (`sites_by_function`).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fragviz.base.errors import FragvizError
+from fragviz.base.units import cut
 from fragviz.gate.sites import SiteBytes, sites_of
 from fragviz.model.metrics import fragmentation
 from fragviz.replay.analysis import Analysis
 
 SUMMARY_KIND = "fragviz-memory-summary"
+PLACEMENTS = ("cuda tensors", "every tensor")  # fragviz.allocator.recorder's CUDA_TENSORS, EVERY_TENSOR
 SUMMARY_VERSION = 2  # 2: a site is a line, with its code; 1: a file and function (read, compared by function)
 READ_VERSIONS = (1, 2)
 MAX_SUMMARY_BYTES = 4 * 1024 * 1024  # a summary is a few KiB; a larger "summary" is not one
@@ -62,6 +63,9 @@ class MemorySummary:
     simulated: bool
     warnings: tuple[str, ...] = ()
     sites_by_function: bool = False  # read from a summary of version 1: a site is a file and function, not a line
+    # simulated: which tensors were counted, "cuda tensors" (those the code placed on CUDA) or "every tensor" (code
+    # that named no CUDA; also every simulated recording older than the distinction); None on a GPU
+    placement: str | None = None
 
     def device(self, index: int) -> DeviceFigures | None:
         return next((d for d in self.devices if d.device == index), None)
@@ -69,7 +73,8 @@ class MemorySummary:
     def as_dict(self) -> dict[str, Any]:
         version = 1 if self.sites_by_function else SUMMARY_VERSION
         return {"kind": SUMMARY_KIND, "version": version, "source": self.source, "simulated": self.simulated,
-                "devices": [d.as_dict() for d in self.devices], "warnings": list(self.warnings)}
+                "placement": self.placement, "devices": [d.as_dict() for d in self.devices],
+                "warnings": list(self.warnings)}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=1) + "\n"
@@ -82,7 +87,15 @@ def summarize(analysis: Analysis, source: str | None = None) -> MemorySummary:
     snap = analysis.snapshot
     devices = tuple(device_figures(analysis, d) for d in snap.devices() if len(snap.trace_of(d)))
     simulated = bool(snap.provenance and snap.provenance.get("origin") == "simulated")
-    return MemorySummary(source or snap.source, devices, simulated, tuple(_untraced(analysis)))
+    placement = _placement(simulated, snap.provenance.get("placement") if simulated else None)
+    return MemorySummary(source or snap.source, devices, simulated, tuple(_untraced(analysis)), placement=placement)
+
+
+def _placement(simulated: bool, given: Any) -> str | None:
+    """What a simulated recording counted; one that does not say is older than the distinction: every tensor."""
+    if not simulated:
+        return None
+    return given if given in PLACEMENTS else PLACEMENTS[1]
 
 
 def _untraced(analysis: Analysis) -> list[str]:
@@ -149,10 +162,14 @@ def summary_from_dict(data: Any, where: str) -> MemorySummary:
         raise SummaryError(f"{where}: memory summary version {version!r} is not one this fragviz reads "
                            f"({', '.join(map(str, READ_VERSIONS))}): write it again with this fragviz")
     devices = _field(data, "devices", list, where)
+    simulated = bool(data.get("simulated", False))
+    placement = data.get("placement")
+    if placement is not None and placement not in PLACEMENTS:
+        raise SummaryError(f"{where}: placement {cut(str(placement), 40)!r} is none of {', '.join(PLACEMENTS)}")
     return MemorySummary(where, tuple(_device(d, f"{where}: devices[{i}]")
                                                                for i, d in enumerate(devices)),
-                         bool(data.get("simulated", False)), tuple(str(w) for w in data.get("warnings", ())),
-                         sites_by_function=version == 1)
+                         simulated, tuple(str(w) for w in data.get("warnings", ())),
+                         sites_by_function=version == 1, placement=_placement(simulated, placement))
 
 
 def _device(d: Any, where: str) -> DeviceFigures:

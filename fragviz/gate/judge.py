@@ -149,6 +149,10 @@ def _why_not(candidate: MemorySummary, baseline: MemorySummary | None, budgets: 
             sim = candidate if candidate.simulated else baseline
             return (f"{candidate.source} and {baseline.source} do not compare: {sim.source} was recorded on a CPU "
                     "through fragviz's allocator model, the other on a CUDA device; record both the same way")
+        if budgets.growth is not None and candidate.placement != baseline.placement:
+            return (f"{candidate.source} and {baseline.source} do not compare: {_counted(candidate)}, "
+                    f"{_counted(baseline)}; write the baseline again from the code as it is now "
+                    "(pytest --memory-update-baseline)")
     if budgets.device_memory is not None and fits is None:
         return (f"{candidate.source} is a memory summary: it holds no trace to simulate on a device of "
                 f"{format_bytes(budgets.device_memory)} (--device-memory needs a snapshot file or a store id)")
@@ -226,8 +230,16 @@ def _failed_reason(checks: list[Check]) -> str:
     return f"{len(failed)} of {len(checks)} budget(s) broken: " + "; ".join(failed)
 
 
+def _counted(summary: MemorySummary) -> str:
+    if summary.placement == "cuda tensors":
+        return f"{summary.source} counted the tensors the code placed on CUDA"
+    return f"{summary.source} counted every tensor (its code placed none on CUDA)"
+
+
 def _notes(candidate: MemorySummary, baseline: MemorySummary | None) -> tuple[str, ...]:
     notes = list(candidate.warnings)
+    if candidate.simulated:
+        notes.append(f"recorded on a CPU by fragviz's simulated CUDA device: {_counted(candidate)}")
     for s in (candidate, baseline):
         if s is not None and any(not d.whole_run for d in s.devices):
             notes.append(f"{s.source}: the trace starts mid-run (ring buffer full, or history enabled late): its "
