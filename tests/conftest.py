@@ -58,6 +58,9 @@ SLOW = (
     "tests/integration/test_bounded_decode.py::test_many_members_are_fed_to_the_inflater_a_bounded_number_of_times",
     "tests/integration/test_bounded_decode.py::test_a_snapshot_through_a_pipe_ingests_and_reports",
     "tests/integration/test_capture_and_doctor.py::test_simulated_oom_raises_in_the_script_and_is_diagnosed",
+    "tests/integration/test_plugin_invocations.py",  # 43 pytest runs of the example: 2 min
+    "tests/integration/test_plugin_outputs.py",
+    "tests/integration/test_output_targets.py::test_capture_writes_its_snapshot_to_each_kind_of_target",
     "tests/integration/test_capture_and_doctor.py::test_simulated_capture_records_storages_with_their_stacks",
     "tests/integration/test_doctor_summary_cli.py::test_with_a_snapshot_of_the_same_moment_and_of_another_device",
     "tests/integration/test_expandable_fidelity.py::test_simulate_follow_takes_the_device_size",
@@ -83,6 +86,7 @@ SLOW = (
 FIRST = (
     "tests/fuzz/test_fuzz.py",
     "tests/integration/test_crash.py",
+    "tests/integration/test_plugin_invocations.py",
     "tests/browser/test_live_page.py",
     "tests/browser/test_page_state.py",
     "tests/integration/test_cli.py",
