@@ -6,6 +6,8 @@ import sys
 import time
 from typing import TextIO
 
+from fragviz.base.errors import OutputError
+
 
 class ProgressBar:
     """`bar.update(done, total)` redraws at most 10 times a second; `bar.close()` ends the line."""
@@ -72,12 +74,19 @@ class ProgressLog:
     {"phase": name}, {"done": n, "total": m} at most 5 times a second, and {"preview": [...]} once."""
 
     def __init__(self, path: str) -> None:
-        self.fh = open(path, "a", encoding="utf-8")
+        self.path = path
+        try:
+            self.fh = open(path, "a", encoding="utf-8")  # appended to: a FIFO or /dev/stdout is written in place
+        except OSError as exc:
+            raise OutputError(f"--progress-file {path}: cannot be written ({exc.strerror or exc})") from None
         self._last = 0.0
 
     def _write(self, record: dict) -> None:
-        self.fh.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self.fh.flush()
+        try:
+            self.fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+            self.fh.flush()
+        except OSError as exc:
+            raise OutputError(f"--progress-file {self.path}: cannot be written ({exc.strerror or exc})") from None
 
     def phase(self, name: str) -> None:
         self._write({"phase": name})

@@ -19,6 +19,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise UsageError("--workers and --rank go with --job")
     if args.name and len(args.files) > 1:
         raise UsageError("--name goes with one file")
+    if args.progress_file:
+        from fragviz.base.files import check_output
+
+        check_output(args.progress_file, "--progress-file")  # a folder or a missing one: one line, before the store
     path = db_path(args.db)
     with new_store_guard(path) as guard:
         store = open_store(path)

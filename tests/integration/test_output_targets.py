@@ -291,3 +291,18 @@ def test_a_refused_output_leaves_nothing_behind_and_no_verdict(tmp_path):
     out = fragviz("gate", str(tmp_path / "none.json"), "--markdown", str(tmp_path))
     assert out.returncode == 2 and out.stdout == b"", out.stderr
     assert os.listdir(tmp_path) == []  # no file, no temporary file
+
+
+@pytest.mark.parametrize("kind", ["directory", "missing folder", "fifo", "/dev/stdout"])
+def test_ingest_progress_file_is_appended_where_it_can_be_and_refused_in_one_line_where_not(tmp_path, kind):
+    snapshot = write_pickle(str(tmp_path / "run.pickle"), run().snapshot())
+    target = Target(tmp_path, kind, "progress.jsonl")
+    db = tmp_path / "store.sqlite"
+    out = fragviz("ingest", snapshot, "--db", str(db), "--progress-file", target.path)
+    if target.refused:
+        target.check_refused(out, "--progress-file")
+        assert not db.exists()  # refused before the store was made
+        return
+    assert out.returncode == 0, out.stderr
+    lines = target.written(out).decode().splitlines()
+    assert '{"phase":"store"}' in lines, lines
