@@ -70,7 +70,7 @@ def _cuda_capture(path: str, max_entries: int) -> Iterator[None]:
     dumped = []
 
     def on_oom(device: int, alloc: int, device_total: int, device_free: int) -> None:
-        torch.cuda.memory._dump_snapshot(path)
+        write_snapshot(path, torch.cuda.memory._snapshot())
         dumped.append(True)
 
     torch.cuda.memory._record_memory_history(max_entries=max_entries)
@@ -79,7 +79,7 @@ def _cuda_capture(path: str, max_entries: int) -> Iterator[None]:
         yield None
     finally:
         if not dumped:
-            torch.cuda.memory._dump_snapshot(path)
+            write_snapshot(path, torch.cuda.memory._snapshot())
         torch.cuda.memory._record_memory_history(enabled=None)
 
 

@@ -50,12 +50,20 @@ class Recording:
 
 
 def choose_device(wanted: str) -> str:
-    """AUTO is CUDA where torch sees a CUDA device, else SIMULATED."""
-    if wanted != AUTO:
+    """AUTO is CUDA where torch sees a CUDA device, else SIMULATED; CUDA where torch sees none is refused."""
+    if wanted == SIMULATED:
         return wanted
     import torch
 
-    return CUDA if torch.cuda.is_available() else SIMULATED
+    if torch.cuda.is_available():
+        return CUDA
+    if wanted == CUDA:
+        from fragviz.base.errors import UsageError
+
+        built = "built without CUDA" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise UsageError(f"memory device cuda: torch {torch.__version__} ({built}) sees no CUDA device; record on "
+                         "fragviz's simulated device instead (memory_device = simulated, or auto)")
+    return SIMULATED
 
 
 @contextmanager

@@ -192,3 +192,12 @@ def test_fragviz_run_serves_the_figures_the_job_sees(tmp_path):
     finally:
         proc.stdin.close()
         assert proc.wait(120) == 0, "".join(err)
+
+
+def test_asking_for_cuda_where_torch_sees_none_cannot_be_judged_in_one_line(tmp_path):
+    plugin_project(tmp_path, "8MiB")
+    proc = run_pytest(tmp_path, "--memory-device=cuda", "--memory-update-baseline")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert re.search(r"memory budget cannot be judged: memory device cuda: torch \S+ \(built without CUDA\) sees no "
+                     r"CUDA device; record on fragviz's simulated device instead", proc.stdout), proc.stdout
+    assert "Traceback" not in proc.stdout
