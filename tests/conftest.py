@@ -41,6 +41,7 @@ SLOW = (
     "tests/integration/test_lives_api.py",
     "tests/integration/test_lives_real.py",
     "tests/integration/test_memory_gate_example.py",
+    "tests/integration/test_example_install.py",  # a fresh venv with torch, the example's install lines: 70 s
     "tests/integration/test_package_install.py",
     "tests/integration/test_parallel_replay.py",
     "tests/integration/test_prometheus.py",
