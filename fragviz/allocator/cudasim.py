@@ -34,8 +34,8 @@ WITH_INPUTS = "with inputs"
 
 
 class Placing(threading.local):
-    """Per thread: where the storages made now go (CUDA, HOST, or None: where the operator's inputs are) and the
-    stream that allocations are made on (the simulated torch.cuda.stream's)."""
+    """Per thread: where the storages made now go (CUDA, HOST, WITH_INPUTS, or None: where the operator's inputs
+    are) and the stream that allocations are made on (the simulated torch.cuda.stream's)."""
 
     where: str | None = None
     stream: int = 0
@@ -129,6 +129,7 @@ def _placing_mode(device: SimulatedDevice, placing: Placing) -> Any:
     from torch.overrides import TorchFunctionMode
 
     handlers = _tensor_handlers(device, placing)
+    constructors = _constructors()
 
     class _Placing(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -136,6 +137,8 @@ def _placing_mode(device: SimulatedDevice, placing: Placing) -> Any:
             handler = handlers.get(func)
             if handler is not None:
                 return handler(func, args, kwargs)
+            if func in constructors and kwargs.get("device") is None and _default_device_is_cuda():
+                kwargs = {**kwargs, "device": "cuda"}  # torch.set_default_device("cuda"): its mode is below ours
             if "device" in kwargs:
                 return _placed(device, placing, func, args, kwargs)
             if placing.where is None and device.placement == CUDA_TENSORS and _any_held(device, args, kwargs):
@@ -143,6 +146,25 @@ def _placing_mode(device: SimulatedDevice, placing: Placing) -> Any:
             return func(*args, **kwargs)
 
     return _Placing()
+
+
+def _constructors() -> Any:
+    """The functions torch.set_default_device gives a device to (torch.utils._device's list; none if it moved)."""
+    try:
+        from torch.utils._device import _device_constructors
+
+        return _device_constructors()
+    except (ImportError, AttributeError):
+        return frozenset()
+
+
+def _default_device_is_cuda() -> bool:
+    """Whether torch.set_default_device named CUDA on this thread (its context sits at the bottom of the mode stack,
+    under ours, and would hand the constructor a CUDA device after we have seen it)."""
+    import torch
+
+    context = getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
+    return context is not None and device_type(getattr(context, "device", None)) == "cuda"
 
 
 def _placed(device: SimulatedDevice, placing: Placing, func: Callable, args: tuple, kwargs: dict) -> Any:

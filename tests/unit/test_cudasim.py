@@ -81,6 +81,21 @@ def test_what_operators_make_is_where_their_inputs_are(device):
         assert on(device, y) and torch.cuda.memory_allocated() == allocated
 
 
+def test_a_default_device_of_cuda_places_what_constructors_make(device):
+    with cuda_on_cpu(device):
+        with torch.device("cuda"):
+            a = torch.zeros(1000)
+        assert on(device, a) and not on(device, torch.zeros(10))
+        torch.set_default_device("cuda")
+        try:
+            b = torch.ones(100)
+            layer = torch.nn.Linear(4, 4)
+        finally:
+            torch.set_default_device(None)
+        assert on(device, b) and on(device, layer.weight) and b.device == torch.device("cuda", 0)
+        assert not on(device, torch.ones(3))
+
+
 def test_pinned_memory_is_a_host_copy_and_a_gpu_tensor_cannot_be_pinned(device):
     with cuda_on_cpu(device):
         x = torch.ones(16, device="cuda")
