@@ -177,7 +177,7 @@ def _plugin_part(item: pytest.Item, raised: list[BaseException]) -> Iterator[Non
         _mark(item, INTERNAL_ERROR)
         shown = f"\n{traceback.format_exc()}" if item.config.get_verbosity() >= 2 else " (-vv shows the traceback)"
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
-        raise pytest.fail.Exception(f"{item.nodeid}: fragviz internal error ({type(exc).__name__}: {first}); this is "
+        raise pytest.fail.Exception(f"{item.nodeid}: fragviz: internal error ({type(exc).__name__}: {first}); this is "
                                     f"a fragviz bug, please report it{shown}", pytrace=False) from None
 
 

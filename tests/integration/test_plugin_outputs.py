@@ -166,7 +166,7 @@ def test_a_bug_in_the_plugin_is_exit_3_in_one_line_never_a_budget_failure(tmp_pa
     assert proc.returncode == 3, proc.stdout + proc.stderr
     outcome, text, props = outcomes["test_budgeted"]
     assert outcome == "failed" and props == {"fragviz_memory": "internal error"}, text
-    assert text.strip() == ("tests/test_kinds.py::test_budgeted: fragviz internal error (ZeroDivisionError: a bug in "
+    assert text.strip() == ("tests/test_kinds.py::test_budgeted: fragviz: internal error (ZeroDivisionError: a bug in "
                             "the plugin); this is a fragviz bug, please report it (-vv shows the traceback)"), text
     assert outcomes["test_plain_failure"][0] == "failed"  # an ordinary failure beside it: still 3, not 1
 
