@@ -7,7 +7,8 @@ Targets (issue "evidence gates"):
   and pairs of the small real files most people have (../shared/real_snapshots, 5k-20k events).
 - The plugin's overhead on a test: the example's training test (examples/memory_gate) run plainly and recorded on
   the simulated device with its verdict, in one process, as a ratio; and the one-time cost of the first recorded
-  test in a process (torch's dispatch-mode set-up). Also the example's whole pytest run with and without the plugin.
+  test in a process (torch's dispatch-mode set-up). The example's GPU-style test (code written for cuda) run
+  plainly (the CPU) and on the simulated CUDA device. Also the example's pytest run with and without the plugin.
 
     python bench/bench_gate.py [--repeat N]
 """
@@ -38,24 +39,32 @@ import torch
 from fragviz.gate.budgets import budgets_from_text
 from fragviz.gate.judge import device_fits, judge
 from fragviz.gate.record import recording, summary_of
+from tinynet.gpu import train_mixed_precision
 from tinynet.model import TinyNet
 from tinynet.train import train
 
 def plain():
     train(TinyNet())
 
-def gated():
+def gated(body=lambda: train(TinyNet())):
     with recording("simulated") as rec:
-        train(TinyNet())
+        body()
     summary, analysis = summary_of(rec, "bench")
     budgets = budgets_from_text("64MiB", None, None, None, "48MiB")
     judge(summary, None, budgets, device_fits(analysis, budgets.device_memory, None))
 
+def gpu_plain():  # the code written for cuda, run plainly: without a GPU it picks the CPU (autocast "cpu")
+    train_mixed_precision(TinyNet())
+
+def gpu_gated():  # the same code under the simulated device: "cuda" served on the CPU
+    gated(lambda: train_mixed_precision(TinyNet()))
+
 t = time.perf_counter(); plain(); first_plain = time.perf_counter() - t
 t = time.perf_counter(); gated(); first_gated = time.perf_counter() - t
-runs = {{"plain": [], "gated": []}}
+gpu_plain(); gpu_gated()
+runs = {{"plain": [], "gated": [], "gpu_plain": [], "gpu_gated": []}}
 for _ in range({repeat}):
-    for name, body in (("plain", plain), ("gated", gated)):
+    for name, body in (("plain", plain), ("gated", gated), ("gpu_plain", gpu_plain), ("gpu_gated", gpu_gated)):
         t = time.perf_counter(); body(); runs[name].append(time.perf_counter() - t)
 print(json.dumps({{"first_plain": first_plain, "first_gated": first_gated, **runs}}))
 """
@@ -117,13 +126,19 @@ def bench_plugin(repeat: int) -> None:
           f"+{(gated - plain) * 1000:.0f} ms)")
     print(f"  first recorded test in a process     {m['first_gated'] * 1000:8.1f} ms   (torch's dispatch-mode "
           f"set-up, once; the first plain run took {m['first_plain'] * 1000:.0f} ms)")
-    print("\nexamples/memory_gate's whole pytest run (3 tests, Python's start and torch's import included)")
+    gpu_plain, gpu_gated = statistics.median(m["gpu_plain"]), statistics.median(m["gpu_gated"])
+    print("\nthe GPU-style test (tinynet/gpu.py: .to('cuda'), autocast, GradScaler; 4 steps)")
+    print(f"  run plainly (on this machine: the CPU) {gpu_plain * 1000:6.1f} ms")
+    print(f"  on the simulated CUDA device, judged {gpu_gated * 1000:8.1f} ms   ({gpu_gated / gpu_plain:.2f}x, "
+          f"+{(gpu_gated - gpu_plain) * 1000:.0f} ms)")
+    print("\nexamples/memory_gate's tests/test_memory.py (3 tests, Python's start and torch's import included)")
     runs = {}
     for label, extra in (("without the plugin (-p no:fragviz)", ["-p", "no:fragviz"]), ("with the plugin", [])):
         times = []
         for _ in range(max(1, repeat // 2)):
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:dash", *extra],
+            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:dash", *extra,
+                            "tests/test_memory.py"],
                            cwd=EXAMPLE, capture_output=True, text=True,
                            env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")})
             times.append(time.perf_counter() - start)
