@@ -55,11 +55,16 @@ def cuda_on_cpu(device: SimulatedDevice) -> Iterator[Placing]:
         yield placing
 
 
-def _storage_key(t: Any) -> int | None:
+def _storage(t: Any) -> Any:
     try:
-        return t.untyped_storage()._cdata
+        return t.untyped_storage()
     except (RuntimeError, NotImplementedError):  # a tensor without a storage (sparse, nested): never counted
         return None
+
+
+def _storage_key(t: Any) -> int | None:
+    storage = _storage(t)
+    return None if storage is None else storage._cdata
 
 
 def _serving_mode(device: SimulatedDevice, placing: Placing) -> Any:
@@ -72,8 +77,9 @@ def _serving_mode(device: SimulatedDevice, placing: Placing) -> Any:
     def new_storages(out: Any, inputs: list[Any]) -> Iterator[Any]:
         seen = {_storage_key(t) for t in inputs}
         for t in tree_leaves(out):
-            if isinstance(t, Tensor) and t.device.type == "cpu" and _storage_key(t) not in seen:
-                yield t.untyped_storage()
+            storage = _storage(t) if isinstance(t, Tensor) and t.device.type == "cpu" else None
+            if storage is not None and storage._cdata not in seen:
+                yield storage
 
     class _Serving(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):

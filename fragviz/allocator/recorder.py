@@ -26,7 +26,7 @@ from fragviz.allocator.rules import allocation_size, round_size
 from fragviz.allocator.packed import PackedAllocator
 from fragviz.allocator.sim import Peaks
 from fragviz.allocator.state import allocator_segments, build_snapshot, copy_state
-from fragviz.base.files import write_atomically
+from fragviz.base.files import write_output
 from fragviz.model import Frame
 from fragviz.snapshot.frames import StackInterner
 from fragviz.base.units import torch_format_size
@@ -45,7 +45,7 @@ def write_snapshot(path: str, data: dict[str, Any]) -> None:
     blob = pickle.dumps(data, protocol=4)
     if path.endswith(".gz"):
         blob = gzip.compress(blob, mtime=0)
-    write_atomically(path, blob)
+    write_output(path, blob)
 
 
 @contextmanager

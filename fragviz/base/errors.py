@@ -7,6 +7,11 @@ UI shows it as a message, never as a traceback.
 from __future__ import annotations
 
 
+# the exit status of an internal error (a fragviz bug) wherever fragviz ends a process: every command, ingest's
+# batches, the pytest plugin; distinct from 1 (gate: a budget broken) and 2 (FragvizError: bad input)
+INTERNAL_ERROR_STATUS = 3
+
+
 class FragvizError(Exception):
     """Root of every error fragviz raises on purpose."""
 

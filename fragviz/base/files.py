@@ -41,7 +41,6 @@ def write_output(path: str, data: bytes | str, label: str | None = None) -> str:
     blob = data.encode("utf-8") if isinstance(data, str) else data
     kind, target, mode = _destination(path, label)
     if kind == "stdout":
-        sys.stdout.flush()
         _write_descriptor(1, blob, path, label)
         return "standard output"
     if kind == "descriptor":
@@ -56,11 +55,6 @@ def write_output(path: str, data: bytes | str, label: str | None = None) -> str:
 def check_output(path: str, label: str | None = None) -> None:
     """Refuse, before any work, a path that write_output would refuse (a directory, a missing folder, ...)."""
     _destination(path, label)
-
-
-def write_atomically(path: str, data: bytes | str) -> None:
-    """write_output under its former name: a regular file or a new one is still replaced by a rename."""
-    write_output(path, data)
 
 
 def append_text(path: str, text: str, label: str | None = None) -> None:

@@ -7,12 +7,10 @@ from typing import Sequence
 
 from typing import Any
 
-from fragviz.base.errors import FragvizError
+from fragviz.base.errors import INTERNAL_ERROR_STATUS as INTERNAL_ERROR, FragvizError
 from fragviz.base.units import cut
 
 __all__ = ["build_parser", "main", "INTERNAL_ERROR"]
-
-INTERNAL_ERROR = 3  # a fragviz bug, for every command: distinct from gate's 1 (a budget broken) and 2 (bad input)
 
 
 def __getattr__(name: str) -> Any:

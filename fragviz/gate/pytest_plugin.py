@@ -47,7 +47,9 @@ MARKER = "memory_budget"
 DEVICES = ("auto", "cuda", "simulated")
 OUTCOME = "fragviz_memory"  # the user property that tells a budgeted test's outcome (JUnit XML's <property>)
 CANNOT_JUDGE, INTERNAL_ERROR = "cannot judge", "internal error"
-EXIT_STATUS = {CANNOT_JUDGE: 2, INTERNAL_ERROR: 3}  # the run's exit status when a test came to it (1 or 0 before)
+# the run's exit status when a test came to it (1 or 0 before); 3 is fragviz.base.errors.INTERNAL_ERROR_STATUS, written
+# out: the plugin imports nothing of fragviz until a test asks for a budget
+EXIT_STATUS = {CANNOT_JUDGE: 2, INTERNAL_ERROR: 3}
 
 
 class MemoryBudgetWarning(UserWarning):

@@ -86,19 +86,24 @@ def sites_of(segments: Iterable, frames_of: Callable[[int], Sequence[Frame]],
 
 def place_of(frames: Sequence[Frame]) -> _Place:
     chosen = site_frame(frames) if frames else None
+    key = _scope(frames, chosen)
     if chosen is None:
-        return _Place(site_key(frames), site_label(frames), None, None, None)
+        return _Place(key, site_label(frames), None, None, None)
     user = f"{chosen.filename}:{chosen.line} {chosen.name}" if is_user_frame(chosen) else None
-    return _Place(site_key(frames), site_label(frames), user, chosen.line, chosen.filename)
+    return _Place(key, site_label(frames), user, chosen.line, chosen.filename)
 
 
 def site_key(frames: Sequence[Frame]) -> str:
     """The scope of a stack's site: its frame's last two path components and function (a comprehension's, lambda's
     or generator expression's: the function that runs it). The same site in two checkouts, or after lines moved
     above it, has the same key."""
+    return _scope(frames, site_frame(frames) if frames else None)
+
+
+def _scope(frames: Sequence[Frame], chosen: Frame | None) -> str:
+    """site_key, with the site frame already found."""
     if not frames:
         return NO_STACK_SITE
-    chosen = site_frame(frames)
     if chosen is None:
         return site_label(frames)
     parts = chosen.filename.replace("\\", "/").split("/")

@@ -9,7 +9,7 @@ from typing import Callable
 
 from fragviz.replay.analysis import analyze
 from fragviz.replay.files import gc_paused
-from fragviz.base.errors import FragvizError, StoreBusyError, StoreError
+from fragviz.base.errors import INTERNAL_ERROR_STATUS, FragvizError, StoreBusyError, StoreError
 from fragviz.base.limits import Limits
 from fragviz.snapshot.loader import RawSnapshot, content_hash, decode_bytes, decode_file, file_digest
 from fragviz.base.units import cut
@@ -39,7 +39,8 @@ def clean_name(name: str, basename: bool = False) -> str:
 
 
 # What an ingest can come to, and the exit status of `fragviz ingest` for it (the worst of a batch wins)
-EXIT_STATUS = {"ingested": 0, "unchanged": 0, "busy": 75, "store_error": 74, "error": 2, "internal_error": 3}
+EXIT_STATUS = {"ingested": 0, "unchanged": 0, "busy": 75, "store_error": 74, "error": 2,
+               "internal_error": INTERNAL_ERROR_STATUS}
 
 
 @dataclass(frozen=True)

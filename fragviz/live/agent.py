@@ -95,11 +95,8 @@ class Agent:
     def _answer(self) -> None:
         """Answer the server's asks until it or the job ends (this thread waits in a read between asks)."""
         try:
-            while True:
-                message = link.receive(self._sock)
-                if message is None:
-                    break
-                self._take(message[0])
+            for header, _payload in link.messages(self._sock):
+                self._take(header)
         except (OSError, ValueError):
             pass
         finally:

@@ -41,11 +41,7 @@ class JobLink:
 
     def _read(self) -> None:
         try:
-            while True:
-                message = link.receive(self.sock)
-                if message is None:
-                    break
-                header, payload = message
+            for header, payload in link.messages(self.sock):
                 if "frames_from" in header:  # in the order the job sent them, whoever asked and waits or not
                     header["tables"] = self.mirror.update(header)
                     header["rows"] = self._rows(header, payload)

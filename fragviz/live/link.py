@@ -15,7 +15,7 @@ import socket
 import struct
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 _PREFIX = struct.Struct("!IQ")
 MAX_HEADER = 64 << 20   # a header carries segments as JSON: a few MB for a real job
@@ -66,6 +66,15 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any], bytearray] | None:
     if not isinstance(header, dict):
         raise LinkClosed("a message whose header is not an object")
     return header, payload
+
+
+def messages(sock: socket.socket) -> Iterator[tuple[dict[str, Any], bytearray]]:
+    """Every message until the other side has gone (receive's errors pass through)."""
+    while True:
+        message = receive(sock)
+        if message is None:
+            return
+        yield message
 
 
 def _exactly(sock: socket.socket, n: int) -> bytearray | None:
