@@ -13,7 +13,8 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.support.helpers import REAL, ROOT, MiB, block, ev, segment, snapshot, write_pickle
-from tests.support.pages import click_block, click_plot, post_file, upload, wait_for_plot, wait_for_state
+from tests.support.pages import (click_block, click_plot, post_file, upload, wait_for_plot, wait_for_state,
+                                 wait_settled)
 from tests.support.server import Server
 
 FRAGVIZ = os.path.join(os.path.dirname(sys.executable), "fragviz")
@@ -236,6 +237,28 @@ def test_what_if_runs_in_the_background_and_overlays_the_run(page, server):
     wait_for_plot(page, "whatif-timeline")
     names = page.evaluate("document.querySelector('#whatif-timeline .js-plotly-plot').data.map(t => t.name)")
     assert "reserved, recorded" in names and "reserved, expandable_segments:True" in names
+    assert page.errors == []
+
+
+def test_settings_typed_before_the_page_s_first_answer_are_kept(page, server):
+    # The page's Location reports the URL it opened on, and the device callback answers. On a busy machine that
+    # answer came after a person's typing and reset the settings, and Simulate ran the default instead. The
+    # answer is held here until the typing is done, so the test sees the order a slow server gives every time.
+    held = []
+    page.route("**/_dash-update-component*",
+               lambda route: held.append(route) if "whatif-body" in (route.request.post_data or "")
+               else route.continue_())
+    sid = server.sample_id("gpt_train_fragmentation_oom.pickle.gz")
+    page.goto(f"{server.url}/whatif/{sid}?device=0")
+    page.wait_for_selector("#whatif-conf")
+    while not held:
+        page.wait_for_timeout(50)  # the callback's request reaches the route
+    page.fill("#whatif-conf", "nonsense_key:1")
+    held.pop().continue_()
+    wait_settled(page)
+    assert page.input_value("#whatif-conf") == "nonsense_key:1"
+    page.click("#whatif-run")
+    page.wait_for_function("document.querySelector('#whatif-status').innerText.includes(\"unrecognized key\")")
     assert page.errors == []
 
 

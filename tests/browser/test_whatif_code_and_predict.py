@@ -107,7 +107,8 @@ def test_a_paged_kv_cache_without_one_is_refused(page, server):
 
 def ask_prediction(page, other: str, sizes: str, to: str, memory: str = "") -> None:
     page.click("#whatif-predict-with")
-    page.keyboard.type(other)  # into the list's search box: the one option left
+    # into the list's search box once it is open (keys typed before it opens are lost): the one option left
+    page.fill("input.dash-dropdown-search", other)
     page.click(f"[role=option]:has-text('{other}')")
     page.keyboard.press("Escape")
     page.fill("#whatif-conf", "")  # the recorded settings

@@ -163,14 +163,21 @@ def _page_sid(pathname: str | None) -> int | None:
     return sid_of(pathname) if (pathname or "").startswith(PATH) else None
 
 
+_UNCHANGED = (no_update, no_update, no_update, no_update)
+
+
 def chosen_device(ctx: AppContext, picked: int | None, chose: bool, search: str | None, pathname: str | None) -> tuple:
     """The body, the URL's query, the picker and the title's link for the device picked on the page (`chose`) or
     named by the URL (Back, Forward)."""
     sid = _page_sid(pathname)
     if sid is None:
-        return no_update, no_update, no_update, no_update
+        return _UNCHANGED
     row = ctx.reader.snapshot_row(sid)
     from_url = opening_device(row.devices, row.summary, query_int(search, "device"))
+    if not chose and from_url == picked:
+        # the page's Location telling the URL it opened on, or a Back to the device shown: the body stays, and
+        # with it what was typed into the settings before this answer came
+        return _UNCHANGED
     device = picked if chose else from_url
     new_search = make_search(device=device)
     return (body(row.summary, device, _others(ctx, sid)), new_search if chose and new_search != search else no_update,
