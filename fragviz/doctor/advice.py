@@ -11,6 +11,7 @@ from fragviz.doctor.cause import CAP, EXHAUSTION, FRAGMENTATION, OUTSIDE, UNDETE
 from fragviz.doctor.facts import DEFRAG_MARGIN, OomFacts
 from fragviz.doctor.inforce import InForce
 from fragviz.doctor.records import WhatIfEntry
+from fragviz.simulate.records import GETS_PAST
 from fragviz.base.units import format_bytes as fb
 
 EXPANDABLE, SPLIT = "expandable_segments:True", "max_split_size_mb:512"
@@ -24,6 +25,10 @@ def advice(verdict: str, f: OomFacts, what_ifs: list[WhatIfEntry], in_force: InF
     helps = {w.alloc_conf: w.avoids_oom for w in what_ifs if w.avoids_oom is not None}
     out = {EXHAUSTION: _exhaustion, FRAGMENTATION: _fragmentation, OUTSIDE: outside_advice, CAP: cap_advice,
            UNDETERMINED: undetermined_advice}[verdict](f, helps, in_force)
+    past = [w.alloc_conf for w in what_ifs if w.outcome == GETS_PAST]
+    if past:
+        out.append(f"Simulated on this trace, {' and '.join(past)} gets past this OOM; the recording ends there, so "
+                   "whether the run runs out of memory later (the rest of the step, the next steps) was not simulated.")
     unknown = next((w.claim for w in what_ifs if w.outcome == "unknown"), None)
     if unknown:
         out.append(f"The simulation cannot judge the settings: {unknown}.")

@@ -13,7 +13,7 @@ from fragviz.replay.analysis import Analysis
 from fragviz.doctor.advice import EXPANDABLE, SPLIT
 from fragviz.doctor.inforce import InForce
 from fragviz.doctor.records import BaselinePeaks, RecordedPeaks, WhatIfEntry
-from fragviz.simulate.whatif import CANNOT_ANSWER, UNKNOWN, DeviceWhatIf, refusal, simulate_device
+from fragviz.simulate.whatif import CANNOT_ANSWER, GETS_PAST, UNKNOWN, DeviceWhatIf, refusal, simulate_device
 from fragviz.base.units import MiB
 from fragviz.base.units import format_bytes as fb
 NOT_RECORDED = ("the snapshot's trace does not record this OOM, so a simulation of the trace cannot say whether a "
@@ -61,7 +61,8 @@ def entry(r: DeviceWhatIf) -> WhatIfEntry:
 def summary(r: DeviceWhatIf) -> str:
     known = r.memory.bytes is not None
     of = f" of {fb(r.memory.bytes)}" if known else ""
-    ooms = (f"{r.given.oom_count} OOM(s)" if r.given.oom_count else "no OOM") if known else "OOMs not simulated"
+    none = "no OOM up to the end of the recording" if r.outcome == GETS_PAST else "no OOM"
+    ooms = (f"{r.given.oom_count} OOM(s)" if r.given.oom_count else none) if known else "OOMs not simulated"
     rec = r.recorded
     base = r.baseline
     return (f"with {r.label} peak reserved would have been {fb(r.given.peak_reserved_bytes)}{of}: {ooms} "

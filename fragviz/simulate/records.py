@@ -10,8 +10,10 @@ from fragviz.allocator.config import AllocatorSettings
 from fragviz.model.lod import Timeline
 
 SIMULATED, CANNOT_ANSWER = "simulated", "cannot_answer"
-# Outcomes of a simulated what-if; only the first three are claims about OOMs.
+# Outcomes of a simulated what-if; only the first three are claims about OOMs. GETS_PAST: the simulated run has no
+# OOM, but the recording ends at its failure, so what the changed program does after that point was not simulated.
 AVOIDS_OOM, STILL_OOMS, NO_OOM, UNKNOWN = "avoids_oom", "still_ooms", "no_oom", "unknown"
+GETS_PAST = "gets_past_recorded_failure"
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,8 @@ class DeviceWhatIf:
 
     @property
     def avoids_oom(self) -> bool | None:
-        """True or False only where the simulation can say; None where it cannot."""
+        """True or False only where the simulation can say; None where it cannot (a run that gets past a failure
+        the recording ends at may run out of memory later, where nothing was simulated)."""
         return {AVOIDS_OOM: True, STILL_OOMS: False}.get(self.outcome or "")
 
     def as_dict(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from fragviz.base.errors import UsageError
 from fragviz.base.units import format_bytes, parse_size
-from fragviz.model import ALLOC, Frame, Trace
+from fragviz.model import ALLOC, OOM, Frame, Trace
 from fragviz.simulate.freerun import Op
 from fragviz.usage.kinds import KIND_LABELS, KINDS, StackKinds
 from fragviz.usage.sites import NO_STACK_SITE, site_label
@@ -121,7 +121,7 @@ class Reshaper:
         self._stacks, self._sizes = trace.stack[allocs], trace.size[allocs]
         self._frames_of = frames_of
         kind_of = StackKinds(frames_of)
-        stacks = np.unique(self._stacks).tolist()
+        stacks = np.unique(np.concatenate([self._stacks, trace.stack[trace.action == OOM]])).tolist()
         self._chosen = [{s for s in stacks if _applies(c, s, kind_of, frames_of)} for c in self.changes]
         self._edges = [self._bucket_edges(i) if c.how == BUCKET else {} for i, c in enumerate(self.changes)]
 
@@ -180,6 +180,9 @@ class Reshaper:
             if op.kind == "alloc":
                 yield from self._allocs(op, pages)
                 continue
+            if op.kind == "oom_request":  # the request the recording failed, changed as its site's others are
+                yield Op(op.kind, op.event, size=self._failed_size(op), stream=op.stream, stack=op.stack)
+                continue
             n = pages.get(op.key, 0)
             if not n:
                 yield op
@@ -187,6 +190,12 @@ class Reshaper:
             if op.kind == "complete" or (op.kind == "free" and not op.pending):
                 del pages[op.key]
             yield from (Op(op.kind, op.event, (op.key, k), pending=op.pending) for k in range(n))
+
+    def _failed_size(self, op: Op) -> int:
+        """A recorded OOM's request as the changes make it: scaled and bucketed, and paged as its whole pages'
+        bytes in one request (the simulation retries it as one request, as recorded)."""
+        changed = self._allocs(Op("alloc", op.event, None, op.size, op.stream, op.stack), {})
+        return sum(o.size for o in changed)
 
     def _allocs(self, op: Op, pages: dict[object, int]) -> Iterable[Op]:
         size = op.size

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from fragviz.replay.analysis import Analysis
-from fragviz.simulate.records import (CANNOT_ANSWER, UNKNOWN, CertainOom, DeviceMemory, DeviceWhatIf, FollowResult,
+from fragviz.simulate.records import (CANNOT_ANSWER, GETS_PAST, UNKNOWN, CertainOom, DeviceMemory, DeviceWhatIf, FollowResult,
                                       OomAt, Reservation, RunFigures, WhatIfResult)
 from fragviz.base.units import format_bytes
 
@@ -36,20 +36,23 @@ def _reservation_line(r: Reservation) -> str:
     return f"  expandable reservation: {r.pool} pool, stream {r.stream:#x}, at {r.base:#x} ({extent})"
 
 
-def ooms_text(ooms: tuple[OomAt, ...], known: bool = True) -> str:
-    """"no OOM" only where the device size is known; otherwise that OOMs were not simulated."""
+def ooms_text(ooms: tuple[OomAt, ...], known: bool = True, until_recording_ends: bool = False) -> str:
+    """"no OOM" only where the device size is known; otherwise that OOMs were not simulated.
+    `until_recording_ends`: the recording ends at its failure, so "no OOM" holds only that far."""
     if ooms:
         first = ooms[0]
         return f"{len(ooms)} OOM(s), the first at event {first.event} ({format_bytes(first.requested_bytes)} requested)"
-    return "no OOM" if known else "OOMs not simulated (device size unknown)"
+    if not known:
+        return "OOMs not simulated (device size unknown)"
+    return "no OOM up to the end of the recording" if until_recording_ends else "no OOM"
 
 
-def run_line(label: str, run: RunFigures, known: bool = True, width: int = 34) -> str:
+def run_line(label: str, run: RunFigures, known: bool = True, width: int = 34, until_recording_ends: bool = False) -> str:
     capacity = run.device_memory_bytes
     of = f" of {format_bytes(capacity)}" if capacity else ""
     return (f"  {label:<{width}} peak reserved {format_bytes(run.peak_reserved_bytes)}{of}, peak requested "
             f"{format_bytes(run.peak_requested_bytes)}, peak allocated {format_bytes(run.peak_allocated_bytes)}, "
-            f"final fragmentation {run.final_fragmentation:.1%}: {ooms_text(run.ooms, known)}")
+            f"final fragmentation {run.final_fragmentation:.1%}: {ooms_text(run.ooms, known, until_recording_ends)}")
 
 
 def memory_line(memory: DeviceMemory) -> str:
@@ -73,8 +76,8 @@ def device_what_if_lines(d: DeviceWhatIf) -> list[str]:
     width = max(len(given), len("simulated, recorded settings"))
     lines = [f"device {d.device}: {memory_line(d.memory)}",
              run_line("recorded", d.recorded, width=width),
-             run_line("simulated, recorded settings", d.baseline, known, width),
-             run_line(given, d.given, known, width)]
+             run_line("simulated, recorded settings", d.baseline, known, width, d.outcome == GETS_PAST),
+             run_line(given, d.given, known, width, d.outcome == GETS_PAST)]
     lines.append(("  cannot tell: " if d.outcome == UNKNOWN else "  => ") + d.claim)
     if d.certain_oom:
         lines.append("  => " + certain_oom_sentence(d.certain_oom))

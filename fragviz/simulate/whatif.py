@@ -5,7 +5,9 @@ A what-if says what it did not compute: a device without a trace (or without one
 and gets a refusal with the reason; a trace that starts mid-run is simulated from the reconstructed start,
 and the answer says that start is inherited and what that limits; a claim about OOMs ("avoids the OOM",
 "would not help", "no OOM") needs a known device size and, where the recording ran out of memory, a model
-that runs out of memory too under the recorded settings.
+that runs out of memory too under the recorded settings. A recording that ends at its OOM (`ends_at_failure`)
+cannot show what a program that gets past it does next: such a run "gets past the recorded failure", never
+"avoids" it.
 """
 from __future__ import annotations
 
@@ -22,15 +24,19 @@ from fragviz.model.metrics import state_figures
 from fragviz.model import ALLOC, OOM
 from fragviz.simulate.freerun import FreeRunResult, free_run
 from fragviz.simulate.reshape import CodeChange, Reshaper, changes_label
-from fragviz.simulate.records import (AVOIDS_OOM, CANNOT_ANSWER, NO_OOM, SIMULATED, STILL_OOMS, UNKNOWN, CertainOom,
+from fragviz.simulate.records import (AVOIDS_OOM, CANNOT_ANSWER, GETS_PAST, NO_OOM, SIMULATED, STILL_OOMS, UNKNOWN, CertainOom,
                                       DeviceMemory, DeviceWhatIf, OomAt, RunFigures, StartState, WhatIfResult)
 from fragviz.base.units import format_bytes as fb
 
-__all__ = ["AVOIDS_OOM", "CANNOT_ANSWER", "NO_OOM", "SIMULATED", "STILL_OOMS", "UNKNOWN", "DeviceMemory",
-           "DeviceWhatIf", "NothingToSimulate", "WhatIfResult", "certain_oom", "device_memory", "judge",
+__all__ = ["AVOIDS_OOM", "CANNOT_ANSWER", "GETS_PAST", "NO_OOM", "SIMULATED", "STILL_OOMS", "UNKNOWN", "DeviceMemory",
+           "DeviceWhatIf", "NothingToSimulate", "WhatIfResult", "certain_oom", "device_memory", "ends_at_failure", "judge",
            "nothing_to_follow", "nothing_to_simulate", "recorded_capacity", "recorded_run", "refusal", "refusal_for",
            "reshaper", "run_free", "simulate_device", "simulated_snapshot", "start_state", "what_if", "what_if_label"]
 Progress = Callable[[float], None]  # the share of the work done, 0 to 1
+# The recording goes on past its last OOM only where the program then made at least this share of the trace's
+# allocations: an exception's unwinding only frees, and a handler that logs and exits allocates little, while a
+# program that caught the OOM and went on (the next batch, the next request) makes a step's worth of them.
+GOES_ON_SHARE = 0.1
 
 
 class NothingToSimulate(FragvizError):
@@ -119,9 +125,23 @@ def start_state(analysis: Analysis, device: int) -> StartState:
     return StartState(bool(segments or blocks), reserved, allocated, segments, blocks, not disagreements, tuple(notes))
 
 
+def ends_at_failure(analysis: Analysis, device: int) -> bool:
+    """Whether the device's trace ends at (or soon after) its last OOM: fewer than GOES_ON_SHARE of its
+    allocations come after it. Such a recording holds nothing of what the program would do past the failure (the
+    rest of the step, the optimizer's first step, a longer sequence), so a run that gets past it is not shown to
+    avoid it."""
+    trace = analysis.replays[device].trace
+    hits = (trace.action == OOM).nonzero()[0]
+    if not len(hits):
+        return False
+    allocs = trace.action == ALLOC
+    return int(allocs[int(hits[-1]):].sum()) < GOES_ON_SHARE * max(1, int(allocs.sum()))
+
+
 def judge(label: str, recorded: RunFigures, baseline: RunFigures, given: RunFigures,
-          memory: DeviceMemory) -> tuple[str, str]:
-    """The outcome and the sentence that says it, claiming only what the simulation covered."""
+          memory: DeviceMemory, ends_there: bool = False) -> tuple[str, str]:
+    """The outcome and the sentence that says it, claiming only what the simulation covered (`ends_there`: the
+    recording ends at its failure, `ends_at_failure`)."""
     if memory.bytes is None:
         return UNKNOWN, ("the device size is unknown (the trace records no OOM, and no device memory was given), so "
                          "the simulation assumed an unlimited device and cannot tell whether any run runs out of memory")
@@ -134,6 +154,11 @@ def judge(label: str, recorded: RunFigures, baseline: RunFigures, given: RunFigu
         if first is not None:
             return STILL_OOMS, f"{label} would not help: simulated, the run still runs out of memory ({at})"
         return STILL_OOMS, f"with {label} the run runs out of memory on a device of {fb(memory.bytes)} ({at})"
+    if first is not None and ends_there:
+        return GETS_PAST, (f"{label} gets past the recorded failure (event {first.event}): simulated on "
+                           f"{fb(memory.bytes)}, no OOM up to the end of the recording; the rest of the run was not "
+                           "recorded, so whether it runs out of memory later (the rest of the step, the next steps) "
+                           "cannot be told")
     if first is not None:
         return AVOIDS_OOM, (f"{label} avoids the recorded OOM: simulated on {fb(memory.bytes)}, no OOM (the model "
                             "reproduces the recorded one under the recorded settings)")
@@ -170,7 +195,7 @@ def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, Alloc
         run = run_free(analysis, device, settings, memory.bytes, progress=_part(progress, i, steps),
                        series_points=series_points, reshape=shaped)
         given = run.figures()
-        outcome, claim = judge(label, recorded, base, given, memory)
+        outcome, claim = judge(label, recorded, base, given, memory, ends_at_failure(analysis, device))
         out.append(DeviceWhatIf(device, label, None, given, base, recorded, start, memory, outcome, claim, certain,
                                 run.series.timeline() if run.series is not None else None, effects))
     return out

@@ -141,7 +141,9 @@ def test_the_recorded_oom_and_peaks_stand_next_to_the_simulated_ones():
         (want["oom"]["event"], want["oom"]["requested_bytes"], want["oom"]["reserved_bytes"])
     assert d.memory == DeviceMemory(want["oom"]["capacity"], "the first recorded OOM")
     assert len(d.baseline.ooms) == 1 and d.given.ooms == ()
-    assert d.outcome == "avoids_oom" and d.given.peak_reserved_bytes <= want["oom"]["capacity"]
+    # the sample ends at its OOM: the run that gets past it is not shown to avoid it
+    assert d.outcome == "gets_past_recorded_failure" and d.given.peak_reserved_bytes <= want["oom"]["capacity"]
+    assert d.avoids_oom is None and "the rest of the run was not recorded" in d.claim and "avoids" not in d.claim
 
 
 # A tiny trace: a 20 MiB segment with a 20 MiB block, then a 20 MiB request fails with `device_free` free.
@@ -167,6 +169,32 @@ def test_would_not_help_only_when_the_model_reproduces_the_oom():
     assert d.outcome == "still_ooms" and d.claim.startswith(
         "expandable_segments:True would not help: simulated, the run still runs out of memory (1 OOM(s), the first at "
         "event 2)")
+
+
+def went_on(after: int) -> dict:
+    """`tiny(0)`, its 20 MiB block then freed and `after` more 4 MiB tensors made and freed: the OOM was caught and
+    the program went on."""
+    a = 0x7F0000000000
+    data = tiny(0)
+    trace = data["device_traces"][0] + [ev("free_requested", a, 20 * MiB), ev("free_completed", a, 20 * MiB)]
+    for _ in range(after):
+        trace += [ev("alloc", a, 4 * MiB), ev("free_requested", a, 4 * MiB), ev("free_completed", a, 4 * MiB)]
+    data["device_traces"] = [trace]
+    return data
+
+
+@pytest.mark.parametrize("after, outcome", [(0, "gets_past_recorded_failure"), (5, "avoids_oom")])
+def test_avoids_the_oom_only_where_the_recording_goes_on_past_it(after, outcome):
+    """Halved, both 20 MiB requests fit the 20 MiB device. With nothing after the OOM the recording cannot show
+    what the changed program does next; with most of its allocations after it (the program caught the OOM and
+    went on), it can."""
+    from fragviz.simulate.reshape import parse_scale
+
+    (d,) = what_if(analysed(went_on(after)), None, changes=[parse_scale("no_stack=0.5")]).devices
+    assert len(d.baseline.ooms) == 1 and d.given.ooms == () and d.outcome == outcome
+    assert d.avoids_oom is (True if after else None)
+    assert ("avoids the recorded OOM" in d.claim) is bool(after)
+    assert ("gets past the recorded failure" in d.claim) is not bool(after)
 
 
 # -- the series the page draws -----------------------------------------------------------------------------------

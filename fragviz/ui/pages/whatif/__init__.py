@@ -19,7 +19,7 @@ from fragviz.base.errors import FragvizError, public_message
 from fragviz.store.records import Summary
 from fragviz.simulate.records import RunFigures
 from fragviz.simulate.reshape import CodeChange
-from fragviz.simulate.whatif import SIMULATED, UNKNOWN, DeviceWhatIf, refusal_for, simulate_device, what_if_label
+from fragviz.simulate.whatif import GETS_PAST, SIMULATED, UNKNOWN, DeviceWhatIf, refusal_for, simulate_device, what_if_label
 from fragviz.ui import ids
 from fragviz.ui.figures.whatif import overlay_figure
 from fragviz.ui.data.code_changes import code_changes
@@ -131,10 +131,13 @@ def _simulate(ctx: AppContext, sid: int, device: int, conf: str, memory: int | N
     return result
 
 
-def _ooms(run: RunFigures, known: bool) -> str:
+def _ooms(run: RunFigures, known: bool, until_recording_ends: bool = False) -> str:
+    """`until_recording_ends`: the recording ends at its failure, so "no OOM" holds only that far."""
     if run.ooms:
         return f"{len(run.ooms)} OOM(s), the first at event {run.ooms[0].event}"
-    return "no OOM" if known else "not simulated (device size unknown)"
+    if not known:
+        return "not simulated (device size unknown)"
+    return "no OOM up to the end of the recording" if until_recording_ends else "no OOM"
 
 
 def _result_panel(d: DeviceWhatIf) -> html.Div:
@@ -142,12 +145,13 @@ def _result_panel(d: DeviceWhatIf) -> html.Div:
     if d.status != SIMULATED:
         return html.Div([f"Cannot simulate cuda:{d.device}: ", d.reason, "."], className="fv-cannot")
     known = d.memory.bytes is not None
-    rows = [("recorded", d.recorded, True), ("simulated, recorded settings", d.baseline, known),
-            (f"simulated, {d.label}", d.given, known)]
+    past = d.outcome == GETS_PAST
+    rows = [("recorded", d.recorded, True, False), ("simulated, recorded settings", d.baseline, known, past),
+            (f"simulated, {d.label}", d.given, known, past)]
     table = html.Table(className="fv-whatif-table", children=[
         html.Thead(html.Tr([html.Th(h) for h in ("run", "peak reserved", "peak requested", "OOMs")])),
         html.Tbody([html.Tr([html.Td(name), html.Td(fb(r.peak_reserved_bytes)),
-                             html.Td(fb(r.peak_requested_bytes)), html.Td(_ooms(r, k))]) for name, r, k in rows])])
+                             html.Td(fb(r.peak_requested_bytes)), html.Td(_ooms(r, k, p))]) for name, r, k, p in rows])])
     memory = (f"Device size {fb(d.memory.bytes)} ({d.memory.source})." if known else
               "Device size unknown: give one above to ask about OOMs.")
     claim = html.P([html.Strong("Cannot tell: " if d.outcome == UNKNOWN else "Result: "), d.claim, "."],
