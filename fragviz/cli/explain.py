@@ -51,8 +51,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
         from fragviz.base.files import write_output
 
-        snapshot = simulated_snapshot(analysis, args.alloc_conf, memory, changes)
-        write_output(args.out, pickle.dumps(snapshot, protocol=4), "--out")
+        data = pickle.dumps(simulated_snapshot(analysis, args.alloc_conf, memory, changes), protocol=4)
+        if args.out.endswith(".gz"):  # as the name says, as `fragviz capture --out F.pickle.gz` writes
+            import gzip
+
+            data = gzip.compress(data, mtime=0)
+        write_output(args.out, data, "--out")
     print(json.dumps(result.as_dict()) if args.json else
           what_if_text(analysis, args.alloc_conf, result, changes_label(changes)),
           file=sys.stderr if args.out == "-" else sys.stdout)  # standard output holds the snapshot

@@ -127,3 +127,18 @@ def test_doctor_what_ifs_stand_next_to_the_recording():
     assert expandable["recorded"]["peak_reserved_bytes"] == oom["reserved_bytes"]  # the OOM came at the peak
     assert split["outcome"] == "still_ooms" and split["avoids_oom"] is False
     assert any("max_split_size_mb:512 would not help here" in a for a in oom["advice"])
+
+
+@pytest.mark.parametrize("name, zipped", [("whatif.pickle.gz", True), ("whatif.pickle", False)])
+def test_simulate_out_is_gzipped_as_its_name_says(tmp_path, name, zipped):
+    path = tmp_path / name
+    out = fragviz("simulate", FRAG_SAMPLE, "--alloc-conf", "expandable_segments:True", "--out", str(path))
+    assert out.returncode == 0, out.stderr
+    data = path.read_bytes()
+    assert data[:2] == b"\x1f\x8b" if zipped else data[:1] == b"\x80"  # gzip's magic, else a pickle's protocol byte
+    with (gzip.open if zipped else open)(path, "rb") as fh:
+        snap = pickle.load(fh)
+    assert snap["device_traces"][0] and snap["fragviz_provenance"]["origin"] == "simulated"
+    # and fragviz reads it back as the run it simulated
+    again = json.loads(fragviz("simulate", str(path), "--json").stdout)["devices"][0]
+    assert again["mode"] == "follow" and again["alloc_events"] > 0
