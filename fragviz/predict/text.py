@@ -4,7 +4,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from fragviz.base.units import format_bytes as fb
-from fragviz.predict.forecast import FitAnswer, Prediction, PredictedRun, Unmatched, as_number, settings_text
+from fragviz.predict.fitting import FitAnswer
+from fragviz.predict.forecast import Unmatched
+from fragviz.predict.prediction import Prediction
+from fragviz.predict.runs import PredictedRun, as_number, settings_text
 
 SITES_SHOWN = 8
 

@@ -7,6 +7,7 @@ segments) is not: a prediction starts from an empty device.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import Sequence
@@ -40,6 +41,8 @@ class RecordedWorkload:
     sizes: np.ndarray  # int64: requested bytes
     symbols: list[tuple]
     sites: list[str]  # what a person reads: the allocation's site (fragviz.usage.sites)
+    live_at_start: int = 0  # allocations live when the trace began (its first `live_at_start` ones)
+    fingerprint: str = ""  # the trace's addresses, sizes and times: two runs never share them, a file and its copy do
 
 
 def recorded_workload(analysis: Analysis, device: int) -> RecordedWorkload:
@@ -67,7 +70,15 @@ def recorded_workload(analysis: Analysis, device: int) -> RecordedWorkload:
     sizes = np.asarray([ops[i].size for i in alloc_at.tolist()], np.int64)
     symbols = [symbol_of(ops[i].stack, i < before) for i in alloc_at.tolist()]
     sites = [symbol_of.site(ops[i].stack, i < before) for i in alloc_at.tolist()]
-    return RecordedWorkload(source, device, len(trace), ops, alloc_at, sizes, symbols, sites)
+    return RecordedWorkload(source, device, len(trace), ops, alloc_at, sizes, symbols, sites, before,
+                            _fingerprint(trace))
+
+
+def _fingerprint(trace) -> str:
+    digest = hashlib.sha256(np.ascontiguousarray(trace.addr).tobytes())
+    digest.update(np.ascontiguousarray(trace.size).tobytes())
+    digest.update(np.ascontiguousarray(trace.time_us).tobytes())
+    return digest.hexdigest()
 
 
 def _live_at_start(segments: Sequence[Segment], symbol_of: "_Symbols") -> list[Op]:

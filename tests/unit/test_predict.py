@@ -21,8 +21,9 @@ from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import snapshot_dict
 from fragviz.model import Frame
 from fragviz.predict import PredictionRefused, fit_search, plan, predict, recorded_workload, traced_device
-from fragviz.predict.forecast import MAX_FIT
-from fragviz.predict.laws import CONSTANT, LINEAR, MAX_EXPONENT, POWER, QUADRATIC, fit_laws
+from fragviz.predict.fitting import MAX_FIT
+from fragviz.predict.laws import (AFFINE, AFFINE_POWER, CLAMPED, CONSTANT, LINEAR, MAX_EXPONENT, POLYNOMIAL, POWER,
+                                 QUADRATIC, fit_laws)
 from fragviz.predict.match import align
 from fragviz.predict.text import fit_text, prediction_text
 from fragviz.predict.workload import BEFORE_TRACE
@@ -131,7 +132,7 @@ def test_three_recordings_fit_a_line_or_the_parabola_through_them():
         [100, 200, 500],  # the parabola through the three: 100/3 + 50 S + 50/3 S²
         [100, 300, 900],  # S ** log2(3), on all three
     ]))
-    assert laws.law.tolist() == [LINEAR, LINEAR, QUADRATIC, QUADRATIC, POWER]
+    assert laws.law.tolist() == [LINEAR, AFFINE, POLYNOMIAL, POLYNOMIAL, POWER]
     assert laws.exponent[0] == 1 and np.isnan(laws.exponent[1:4]).all()
     assert laws.exponent[4] == pytest.approx(math.log2(3))
     assert laws.at(8).tolist() == [40, 180, 740, 1500, 2700]
@@ -283,11 +284,17 @@ def test_a_program_whose_allocations_double_is_predicted_at_four_times_the_size(
     assert d["unmatched"] == {"allocations": 0, "bytes": 0, "share": 0.0, "sites": []}
     assert set(d) == {"peak_requested_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "fragmentation", "oom",
                       "laws", "knob", "sizes", "to", "sources", "device", "matched_allocations",
-                      "template_allocations", "law_counts", "unmatched", "runs"}
+                      "template_allocations", "law_counts", "unmatched", "runs", "peak_requested_range",
+                      "peak_reserved_range", "warnings", "ambiguous", "leave_one_out"}
+    # every size a pure power of the knob: one law each, so the range is the point and nothing is in doubt
+    assert d["peak_requested_range"] == [136 * MiB, 136 * MiB] and d["peak_reserved_range"] == [180 * MiB, 180 * MiB]
+    assert d["warnings"] == [] and d["ambiguous"] == {"allocations": 0, "share": 0.0, "sites": []}
+    assert d["leave_one_out"] is None  # two recordings: nothing to leave out
     (run,) = d["runs"]
     assert run == {"alloc_conf": None, "device_memory_bytes": None, "peak_requested_bytes": 136 * MiB,
                    "peak_allocated_bytes": 136 * MiB, "peak_reserved_bytes": 180 * MiB,
-                   "fragmentation": d["fragmentation"], "oom": None, "oom_count": 0}
+                   "fragmentation": d["fragmentation"], "oom": None, "oom_count": 0,
+                   "peak_requested_range": [136 * MiB, 136 * MiB], "peak_reserved_range": [180 * MiB, 180 * MiB]}
 
 
 def test_on_a_device_the_prediction_fits_or_says_where_it_runs_out_of_memory(doubled):
@@ -357,7 +364,7 @@ def test_three_recordings_predict_an_affine_allocation_on_its_line():
 
     workloads = [workload(affine(k), f"a{k}.pickle") for k in (2, 4, 8)]
     p = plan(workloads, [2, 4, 8], 16)
-    assert p.laws.law.tolist() == [CONSTANT, LINEAR] and np.isnan(p.laws.exponent[1])
+    assert p.laws.law.tolist() == [CONSTANT, AFFINE] and np.isnan(p.laws.exponent[1])
     run = predict(p, 16, RECORDED, None).runs[0]
     assert run.peak_requested_bytes == (8 + 18) * MiB  # not (8 + 10 × 2) from the recording at 8 doubled
 
@@ -401,7 +408,8 @@ def test_the_largest_size_that_fits_minds_the_segment_rounding(linear_plan):
     assert (oom.site, oom.requested_bytes, oom.reserved_bytes) == (site("act"), 101 * MiB, 10 * MiB)
     d = answer.as_dict()
     assert set(d) == {"alloc_conf", "device_memory_bytes", "largest_fitting", "first_failing", "at_largest",
-                      "at_first_failing"}
+                      "at_first_failing", "largest_fitting_point", "first_failing_point"}
+    assert (d["largest_fitting_point"], d["first_failing_point"]) == (100, 101)  # exact laws: safe is the point
     assert (d["largest_fitting"], d["at_largest"]["oom"], d["at_first_failing"]["oom"]["requested_bytes"]) == (
         100, False, 101 * MiB)
     assert fit_text("batch", [answer]) == (
@@ -440,10 +448,18 @@ def test_when_nothing_fits_or_everything_fits(linear_plan):
     assert (none.largest, none.first_failing, none.run) == (None, 1, None)
     assert none.failing_run.oom.site == site("weights")
     assert fit_text("size", [none]) == "under the recorded settings: not even size 1 fits 8.00 MiB"
-    constant = plan([workload(weights_and_activation(3), f"c{k}.pickle") for k in (2, 4)], [2, 4])
-    every = fit_search(constant, None, DEFAULT, 111 * MiB)
+    every = fit_search(linear_plan, None, DEFAULT, 1 << 50)  # 10 MiB + MAX_FIT MiB is 16 TiB
     assert (every.largest, every.first_failing, every.failing_run) == (MAX_FIT, None, None)
-    assert fit_text("size", [every]) == f"under the recorded settings: every size up to {MAX_FIT} fits 111.00 MiB"
+    assert fit_text("size", [every]) == f"under the recorded settings: every size up to {MAX_FIT} fits 1048576.00 GiB"
+
+
+def test_one_recording_given_at_two_sizes_is_refused():
+    same = [workload(weights_and_activation(3), f"c{k}.pickle") for k in (2, 4)]  # one trace, two names
+    with pytest.raises(PredictionRefused) as refused:
+        plan(same, [2, 4])
+    assert str(refused.value) == ("c2.pickle, c4.pickle: cannot predict: the recordings given at sizes 2 and 4 are "
+                                  "one recording (the same trace, event for event): record the program at two sizes "
+                                  "of the knob")
 
 
 def test_an_oom_at_a_block_live_before_the_trace_names_its_site():

@@ -14,7 +14,7 @@ from fragviz.base.errors import UsageError
 from fragviz.base.units import parse_size
 from fragviz.gate.budgets import size_text
 from fragviz.predict import Prediction, plan_recordings, predict, settings_for
-from fragviz.predict.forecast import as_number
+from fragviz.predict.runs import as_number
 from fragviz.replay.analysis import trace_totals
 from fragviz.ui.data.views import Views
 

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from fragviz.predict.forecast import as_number
+from fragviz.predict.runs import as_number
 from fragviz.ui.data.predict import SizePoint
 from fragviz.ui.figures.style import COLORS, unit_for
 

@@ -14,7 +14,7 @@ from dash import Input, Output, State, dcc, html, no_update
 from fragviz.base.errors import FragvizError, public_message
 from fragviz.base.units import format_bytes as fb
 from fragviz.predict import Prediction, PredictedRun
-from fragviz.predict.forecast import as_number, settings_text
+from fragviz.predict.runs import as_number, settings_text
 from fragviz.predict.text import fits_sentence
 from fragviz.store.reader import SnapshotRow
 from fragviz.ui import ids
