@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Sequence
 
-import numpy as np
 
 from fragviz.base.units import format_bytes as fb
 from fragviz.predict.runs import as_number

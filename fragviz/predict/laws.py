@@ -74,7 +74,9 @@ class Laws:
     exponent: np.ndarray  # float64
     plausible: np.ndarray  # bool: rows × LAWS
     fits: dict[str, Fit]
-    spread: tuple[np.ndarray, np.ndarray] | None = None  # the lowest and highest exponent of data-dependent rows
+    # data-dependent rows (nan elsewhere): the lowest and highest exponent of their site, and the site's largest
+    # size in the largest recording (what a row may be, whichever draw it was)
+    spread: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def at(self, target: float) -> np.ndarray:
         """Each allocation's bytes at knob `target` under its chosen law (int64, at least 1)."""
@@ -96,11 +98,12 @@ class Laws:
                 low[rows] = np.minimum(low[rows], values)
                 high[rows] = np.maximum(high[rows], values)
         if self.spread is not None:
-            for exponent in self.spread:
-                rows = ~np.isnan(exponent)
-                values = _through_largest(self.knobs, self.sizes[rows], exponent[rows]).at(target)
-                low[rows] = np.minimum(low[rows], values)
-                high[rows] = np.maximum(high[rows], values)
+            rows = ~np.isnan(self.spread[0])
+            k = int(np.argmax(self.knobs))
+            values = self.sizes[rows, k] * (target / self.knobs[k]) ** self.spread[0][rows]
+            low[rows] = np.minimum(low[rows], values)
+            values = self.spread[2][rows] * (target / self.knobs[k]) ** self.spread[1][rows]
+            high[rows] = np.maximum(high[rows], values)
         point = self.at(target).astype(np.float64)
         return _bytes(np.minimum(low, point)), _bytes(np.maximum(high, point))
 
@@ -153,6 +156,8 @@ def _choose(knobs: tuple[float, ...], sizes: np.ndarray, fits: dict[str, Fit]) -
     plausible = np.zeros((n, len(LAWS)), bool)
     col = {name: LAWS.index(name) for name in LAWS}
     holds = {name: fit.residual(knobs, sizes) <= TOLERANCE for name, fit in fits.items()}
+    if POLYNOMIAL in fits:  # a parabola that bends down turns back: no size that grew with the knob does that
+        holds[POLYNOMIAL] &= ~(_growing(knobs, sizes) & (fits[POLYNOMIAL].c < 0))
     open_ = np.ones(n, bool)
     for name in PURE:  # the simplest pure law that holds wins: constant, then linear, then quadratic
         hit = open_ & holds[name]
@@ -179,6 +184,12 @@ def _choose(knobs: tuple[float, ...], sizes: np.ndarray, fits: dict[str, Fit]) -
             plausible[open_, col[name]] = True
         law[open_] = _least_loo(knobs, sizes[open_])
     return law, plausible
+
+
+def _growing(knobs: tuple[float, ...], sizes: np.ndarray) -> np.ndarray:
+    """Rows whose sizes never shrink as the knob grows, and grow somewhere."""
+    ordered = sizes[:, np.argsort(knobs)]
+    return (np.diff(ordered, axis=1) >= 0).all(axis=1) & (ordered[:, -1] > ordered[:, 0])
 
 
 def _clamped(knobs: tuple[float, ...], sizes: np.ndarray) -> np.ndarray:
@@ -246,18 +257,32 @@ def _power(knobs: Sequence[float], sizes: np.ndarray) -> np.ndarray:
 def data_dependent(laws: Laws, groups: Sequence[int]) -> Laws:
     """`laws` with the allocations of data-dependent sites predicted by their site's median exponent, the site's
     lowest and highest exponents their range. A site is data-dependent where at least SCATTERED_ROWS of its
-    allocations follow no law exactly and their exponents spread wider than SCATTER."""
+    allocations follow no law of fewer than three parameters, one of them with an exponent no product of up to
+    two dimensions gives, and their exponents spread wider than SCATTER."""
     groups = np.asarray(groups)
-    loose = ~np.isin(laws.law, list(PURE)) & ~np.isin(laws.law, [CLAMPED])
     exponents = _power(laws.knobs, laws.sizes)
+    if len(laws.knobs) == 2:
+        # any two sizes fit a law: a site's are taken for noise where one grows as no product of up to two
+        # dimensions does (it shrinks, or grows faster than the square)
+        loose = ~np.isin(laws.law, list(PURE))
+        odd = (exponents < -0.05) | (exponents > 2.05)
+    else:
+        # three-parameter laws go through any three points: a site's sizes that only they explain (or none) are
+        # taken for noise where their exponents scatter
+        loose = np.isin(laws.law, [POLYNOMIAL, AFFINE_POWER]) | (laws.plausible.sum(axis=1) == 4)
+        odd = np.ones(len(groups), bool)
     low = np.full(len(groups), np.nan)
     high = np.full(len(groups), np.nan)
+    ceiling = np.full(len(groups), np.nan)
+    largest = laws.sizes[:, int(np.argmax(laws.knobs))]
     law, exponent = laws.law.copy(), laws.exponent.copy()
     for g in np.unique(groups[loose]).tolist():
         rows = loose & (groups == g)
-        if rows.sum() < SCATTERED_ROWS or np.ptp(exponents[rows]) <= SCATTER:
+        if rows.sum() < SCATTERED_ROWS or np.ptp(exponents[rows]) <= SCATTER or not odd[rows].any():
             continue
-        low[rows], high[rows] = exponents[rows].min(), exponents[rows].max()
+        # the low end no faster than in proportion to the knob: a padded length stops growing at its longest
+        low[rows], high[rows] = min(exponents[rows].min(), 1.0), exponents[rows].max()
+        ceiling[rows] = largest[rows].max()
         law[rows], exponent[rows] = POWER, float(np.median(exponents[rows]))
     if np.isnan(low).all():
         return laws
@@ -267,7 +292,7 @@ def data_dependent(laws: Laws, groups: Sequence[int]) -> Laws:
     plausible = laws.plausible.copy()
     plausible[mixed] = False  # the laws through one allocation's noise are no evidence: the site's spread is
     plausible[mixed, LAWS.index(POWER)] = True
-    return Laws(laws.knobs, laws.sizes, law, exponent, plausible, fits, (low, high))
+    return Laws(laws.knobs, laws.sizes, law, exponent, plausible, fits, (low, high, ceiling))
 
 
 def _bytes(predicted: np.ndarray) -> np.ndarray:

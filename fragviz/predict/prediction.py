@@ -122,26 +122,35 @@ class LeftOut:
     recorded_requested: int
     predicted_reserved: int
     recorded_reserved: int
+    requested_range: tuple[int, int]  # the range of the prediction from the others
+    fitted_on: int  # recordings the others are
 
     @property
     def error(self) -> float:
         return (self.predicted_requested - self.recorded_requested) / max(self.recorded_requested, 1)
 
     @property
+    def held(self) -> bool:
+        return self.requested_range[0] <= self.recorded_requested <= self.requested_range[1]
+
+    @property
     def off(self) -> bool:
-        """Whether the error is past what a prediction is trusted to: 5 % of peak requested."""
-        return abs(self.error) > LEFT_OUT_TRUSTED
+        """Whether the check casts doubt on the prediction: the range from the others missed the recording, or
+        (the others three or more, fitted as the prediction is) the point is more than 5 % off."""
+        return not self.held or (self.fitted_on >= 3 and abs(self.error) > LEFT_OUT_TRUSTED)
 
     def warning(self, knob: str) -> str:
+        missed = "" if self.held else ", outside the range predicted from them"
         return (f"left out and predicted from the others, the recording at {knob} {as_number(self.size)} comes out "
                 f"{self.error:+.1%} off its peak requested ({fb(self.predicted_requested)} against "
-                f"{fb(self.recorded_requested)}): the laws may be as far off at the target")
+                f"{fb(self.recorded_requested)}{missed}): the prediction may be as far off at the target")
 
     def as_dict(self) -> dict[str, Any]:
         return {"size": as_number(self.size), "predicted_peak_requested_bytes": self.predicted_requested,
                 "recorded_peak_requested_bytes": self.recorded_requested,
                 "predicted_peak_reserved_bytes": self.predicted_reserved,
-                "recorded_peak_reserved_bytes": self.recorded_reserved, "error": self.error}
+                "recorded_peak_reserved_bytes": self.recorded_reserved, "error": self.error,
+                "predicted_peak_requested_range": list(self.requested_range), "held": self.held}
 
 
 def leave_one_out(p: Plan, settings: AllocatorSettings) -> LeftOut | None:
@@ -155,8 +164,9 @@ def leave_one_out(p: Plan, settings: AllocatorSettings) -> LeftOut | None:
         sub = plan([p.workloads[c] for c in rest], [p.knobs[c] for c in rest], p.knobs[last], max_unmatched=1.0)
     except PredictionRefused:
         return None
-    predicted = run_at(sub, p.knobs[last], None, settings, None)
+    predicted = with_range(sub, p.knobs[last], run_at(sub, p.knobs[last], None, settings, None), settings)
     w = p.workloads[last]
     recorded = run_workload(iter(w.ops), w.events, [], settings, None, w.device).allocator.peaks
     return LeftOut(p.knobs[last], predicted.peak_requested_bytes, recorded.requested,
-                   predicted.peak_reserved_bytes, recorded.reserved)
+                   predicted.peak_reserved_bytes, recorded.reserved, predicted.peak_requested_range or (0, 0),
+                   len(rest))

@@ -25,6 +25,11 @@ def prediction_text(p: Prediction) -> str:
     lines.extend(unmatched_lines(p.unmatched))
     for run in p.runs:
         lines.extend(run_lines(run))
+    lines.extend(f"  warning: {w}" for w in p.warnings)
+    if p.leave_one_out and not p.leave_one_out.off:
+        lo = p.leave_one_out
+        lines.append(f"  checked: the recording at {knob_text(p.knob, lo.size)}, left out and predicted from the "
+                     f"others, comes out {lo.error:+.1%} off its peak requested")
     lines.append("  sites by predicted bytes (allocated over the run):")
     for s in p.sites[:SITES_SHOWN]:
         recorded = " → ".join(fb(b) for b in s.recorded_bytes)
@@ -44,14 +49,21 @@ def unmatched_lines(u: Unmatched) -> list[str]:
 
 def run_lines(run: PredictedRun) -> list[str]:
     settings = settings_text(run.alloc_conf)
-    lines = [f"  under {settings}: peak requested {fb(run.peak_requested_bytes)}, peak allocated "
-             f"{fb(run.peak_allocated_bytes)}, peak reserved {fb(run.peak_reserved_bytes)}, fragmentation at the "
-             f"peak {run.fragmentation:.1%}"]
+    lines = [f"  under {settings}: peak requested {fb(run.peak_requested_bytes)}{range_text(run.peak_requested_range)}"
+             f", peak allocated {fb(run.peak_allocated_bytes)}, peak reserved {fb(run.peak_reserved_bytes)}"
+             f"{range_text(run.peak_reserved_range)}, fragmentation at the peak {run.fragmentation:.1%}"]
     if run.device_memory_bytes is None:
         lines.append("    device size not given (--device-memory SIZE): whether it runs out of memory is not asked")
     else:
         lines.append("    " + fits_sentence(run))
     return lines
+
+
+def range_text(bounds: tuple[int, int] | None) -> str:
+    """" (range LOW to HIGH)" where the laws the recordings allow spread the figure; nothing where they agree."""
+    if bounds is None or bounds[0] == bounds[1]:
+        return ""
+    return f" (range {fb(bounds[0])} to {fb(bounds[1])})"
 
 
 def fits_sentence(run: PredictedRun) -> str:
@@ -68,13 +80,31 @@ def fit_text(knob: str, answers: Sequence[FitAnswer], p: Prediction | None = Non
     lines = []
     for a in answers:
         settings = settings_text(a.alloc_conf)
-        if a.largest is None:
+        if a.largest != a.point.largest:
+            lines.append(_two_answers(knob, settings, a))
+        elif a.largest is None:
             lines.append(f"under {settings}: not even {knob} 1 fits {fb(a.device_memory_bytes)}")
         elif a.first_failing is None:
             lines.append(f"under {settings}: every {knob} up to {a.largest} fits {fb(a.device_memory_bytes)}")
         else:
-            o = a.failing_run.oom
             lines.append(f"under {settings}: the largest {knob} that fits {fb(a.device_memory_bytes)} is {a.largest} "
-                         f"(peak reserved {fb(a.run.peak_reserved_bytes)}); at {a.first_failing} it runs out of "
-                         f"memory: {fb(o.requested_bytes)} at {o.site}")
+                         f"(peak reserved {fb(a.run.peak_reserved_bytes)}); {_fails_at(a.first_failing, a.failing_run)}")
     return "\n".join(lines)
+
+
+def _two_answers(knob: str, settings: str, a: FitAnswer) -> str:
+    """The safe answer and the point's, where the laws the recordings allow part them."""
+    safe = (f"no {knob} fits under every law the recordings allow" if a.largest is None else
+            f"the largest {knob} that fits {fb(a.device_memory_bytes)} under every law the recordings allow is "
+            f"{a.largest}")
+    point = a.point
+    chosen = (f"under the chosen laws every {knob} up to {point.largest} fits" if point.first_failing is None else
+              f"under the chosen laws it is {point.largest} ({_fails_at(point.first_failing, point.failing_run)})")
+    return (f"under {settings}: {safe}; {chosen}. Take the first, or record the program nearer "
+            f"{point.largest} to tell")
+
+
+def _fails_at(size: int | None, run: PredictedRun | None) -> str:
+    if run is None or run.oom is None:
+        return f"at {size} it runs out of memory"
+    return f"at {size} it runs out of memory: {fb(run.oom.requested_bytes)} at {run.oom.site}"
