@@ -61,7 +61,8 @@ class FreeRunResult:
         """The run's peaks, final fragmentation and OOMs."""
         a = self.allocator
         return RunFigures(self.settings, self.capacity, a.peaks.reserved, a.peaks.active, a.peaks.requested,
-                          fragmentation(a.non_releasable_bytes(), a.reserved), tuple(self.ooms), self.oom_count)
+                          fragmentation(a.non_releasable_bytes(), a.reserved), tuple(self.ooms), self.oom_count,
+                          self.peak.fragmentation if self.peak is not None else None)
 
 
 def workload(trace: Trace, reserved: list[int] | None = None, capacity: int | None = None) -> Iterator[Op]:

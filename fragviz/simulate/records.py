@@ -42,8 +42,8 @@ class OomAt:
 
 @dataclass(frozen=True)
 class RunFigures:
-    """A run's figures, recorded or simulated: peaks, the final fragmentation, the OOMs (at most a free-run's
-    MAX_OOMS of them listed; `oom_count` counts them all)."""
+    """A run's figures, recorded or simulated: peaks, the final fragmentation and the one at the reserved peak
+    (None where unknown), the OOMs (at most a free-run's MAX_OOMS of them listed; `oom_count` counts them all)."""
 
     settings: AllocatorSettings
     device_memory_bytes: int | None
@@ -53,12 +53,13 @@ class RunFigures:
     final_fragmentation: float
     ooms: tuple[OomAt, ...]
     oom_count: int
+    peak_fragmentation: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"settings": {**self.settings.as_dict(), "device_memory_bytes": self.device_memory_bytes},
                 "peak_reserved_bytes": self.peak_reserved_bytes, "peak_allocated_bytes": self.peak_allocated_bytes,
                 "peak_requested_bytes": self.peak_requested_bytes, "final_fragmentation": self.final_fragmentation,
-                "ooms": [o.as_dict() for o in self.ooms]}
+                "fragmentation_at_peak_reserved": self.peak_fragmentation, "ooms": [o.as_dict() for o in self.ooms]}
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class DeviceWhatIf:
     series: Timeline | None = field(default=None, compare=False, repr=False)
     changes: tuple[dict[str, Any], ...] = ()  # code what-ifs (simulate.reshape): each change and what it touched
     alloc_conf: str | None = None  # with changes: the settings part of the label (None: the recorded settings)
+    changed_kinds: tuple[dict[str, Any], ...] = ()  # code what-ifs: each kind touched, before and after (Reshaper)
+    change_notes: tuple[str, ...] = ()  # code what-ifs: what a scale covered beyond its target, and what it left
 
     @property
     def status(self) -> str:
@@ -127,7 +130,8 @@ class DeviceWhatIf:
         head = {"device": self.device, "mode": "free-run", "status": self.status,
                 "alloc_conf": self.alloc_conf if self.changes else self.label}
         if self.changes:
-            head["changes"] = list(self.changes)
+            head.update(changes=list(self.changes), changed_kinds=list(self.changed_kinds),
+                        change_notes=list(self.change_notes))
         certain = {"certain_oom": self.certain_oom.as_dict() if self.certain_oom else None}
         if self.reason is not None:
             return {**head, "reason": self.reason, **certain}

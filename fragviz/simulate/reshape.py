@@ -29,8 +29,9 @@ from fragviz.usage.kinds import KIND_LABELS, KINDS, StackKinds
 from fragviz.usage.sites import NO_STACK_SITE, site_label
 
 SCALE, BUCKET, PAGED_KV = "scale", "bucket", "paged_kv"
-KV_CACHE = "kv_cache"
+KV_CACHE, ACTIVATIONS, GRADIENTS, PARAMETERS = "kv_cache", "activations", "gradients", "parameters"
 MAX_FACTOR, MAX_STEPS = 1000.0, 1 << 20
+_LAYER_KINDS = ("parameters", "parameters_inferred", "gradients", "optimizer_state")  # what a layer's width grows
 
 
 @dataclass(frozen=True)
@@ -120,15 +121,70 @@ class Reshaper:
         allocs = trace.action == ALLOC
         self._stacks, self._sizes = trace.stack[allocs], trace.size[allocs]
         self._frames_of = frames_of
-        kind_of = StackKinds(frames_of)
+        kind_of = self._kind_of = StackKinds(frames_of)
         stacks = np.unique(np.concatenate([self._stacks, trace.stack[trace.action == OOM]])).tolist()
         self._chosen = [{s for s in stacks if _applies(c, s, kind_of, frames_of)} for c in self.changes]
+        self._kinds = np.array([kind_of(int(s)) for s in self._stacks], dtype=object)
+        self._derivatives = [self._derivative_sizes(c) for c in self.changes]
         self._edges = [self._bucket_edges(i) if c.how == BUCKET else {} for i, c in enumerate(self.changes)]
+
+    def _derivative_sizes(self, change: CodeChange) -> frozenset[int]:
+        """The sizes of the backward pass's derivatives of activations (fragviz counts them as gradients) that
+        scaling activations scales too: a gradients allocation of a size the activations requested and no
+        parameter did (a parameter's gradient has its parameter's size)."""
+        if change.how != SCALE or change.target != ACTIVATIONS:
+            return frozenset()
+        sizes = {int(s) for s in self._sizes[self._kinds == ACTIVATIONS]}
+        return frozenset(sizes - {int(s) for s in self._sizes[self._kinds == PARAMETERS]})
+
+    def _selected(self, i: int) -> np.ndarray:
+        """Which of the trace's allocations change `i` applies to."""
+        mask = np.isin(self._stacks, list(self._chosen[i]))
+        if self._derivatives[i]:
+            mask |= (self._kinds == GRADIENTS) & np.isin(self._sizes, list(self._derivatives[i]))
+        return mask
+
+    def _applies_to(self, i: int, op: Op) -> bool:
+        return op.stack in self._chosen[i] or (op.size in self._derivatives[i] and self._kind_of(op.stack) == GRADIENTS)
 
     def touched(self, i: int) -> tuple[int, int]:
         """How many of the trace's allocations change `i` applies to, and their recorded bytes."""
-        mask = np.isin(self._stacks, list(self._chosen[i]))
+        mask = self._selected(i)
         return int(mask.sum()), int(self._sizes[mask].sum())
+
+    def after(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each of the trace's allocations once the changes apply: how many it becomes (a paged one: its pages)
+        and their bytes, as the simulation makes them."""
+        sizes, count = self._sizes.astype(np.int64), np.ones(len(self._sizes), np.int64)
+        paged = np.zeros(len(sizes), bool)
+        for i, change in enumerate(self.changes):
+            mask = self._selected(i) & ~paged
+            if change.how == SCALE:
+                sizes[mask] = np.maximum(1, np.ceil(sizes[mask] * change.factor)).astype(np.int64)
+            elif change.how == BUCKET:
+                for stack, edges in self._edges[i].items():
+                    m = mask & (self._stacks == stack) & (sizes <= edges[-1])
+                    sizes[m] = edges[np.searchsorted(edges, sizes[m])]
+            else:
+                count[mask] = -(-sizes[mask] // change.page_bytes)
+                sizes[mask], paged = count[mask] * change.page_bytes, paged | mask
+        return count, sizes
+
+    def by_kind(self) -> tuple[dict[str, object], ...]:
+        """What the changes did to each kind of memory they touched: its allocations made during the trace and
+        their bytes, before and after (fragviz.usage.kinds), as `fragviz simulate --json`'s `changed_kinds`."""
+        touched = np.zeros(len(self._sizes), bool)
+        for i in range(len(self.changes)):
+            touched |= self._selected(i)
+        count, sizes = self.after()
+        out = []
+        for kind in KINDS:
+            mine = self._kinds == kind
+            if (mine & touched).any():
+                out.append({"kind": kind, "allocations_before": int(mine.sum()),
+                            "bytes_before": int(self._sizes[mine].sum()), "allocations_after": int(count[mine].sum()),
+                            "bytes_after": int(sizes[mine].sum())})
+        return tuple(out)
 
     def effects(self) -> tuple[dict[str, object], ...]:
         """Each change and what it touched, as `fragviz simulate --json` gives them."""
@@ -139,6 +195,39 @@ class Reshaper:
                         "steps": c.steps or None, "page_bytes": c.page_bytes or None, "label": c.label,
                         "allocations": count, "recorded_bytes": nbytes})
         return tuple(out)
+
+    def notes(self) -> tuple[str, ...]:
+        """What each scale covered beyond its target, and what of the same program it left as recorded."""
+        out = []
+        for i, change in enumerate(self.changes):
+            picked = self._selected(i)
+            if change.how == SCALE and change.target == ACTIVATIONS:
+                out.extend(self._activation_notes(change, picked))
+            elif change.how == SCALE and not change.is_kind:
+                left = ~picked & np.isin(self._kinds, list(_LAYER_KINDS))
+                if left.any():
+                    out.append(f"{change.label} scales only the allocations made at that site: the parameters, "
+                               "gradients and optimizer state are made elsewhere and stay as recorded "
+                               f"({int(left.sum())} allocations, {format_bytes(int(self._sizes[left].sum()))} in "
+                               "the trace), so for a wider layer, whose own share of them grows too, the simulated "
+                               "figures come out low")
+        return tuple(out)
+
+    def _activation_notes(self, change: CodeChange, picked: np.ndarray) -> list[str]:
+        out = []
+        derived = picked & (self._kinds == GRADIENTS)
+        if derived.any():
+            out.append(f"{change.label} also scales the backward pass's derivatives of activations, which fragviz "
+                       f"counts as gradients: {int(derived.sum())} gradients allocations of an activation's size "
+                       f"and of no parameter's ({format_bytes(int(self._sizes[derived].sum()))})")
+        sizes = np.isin(self._sizes, self._sizes[self._kinds == ACTIVATIONS]) & ~picked & (self._kinds != GRADIENTS)
+        if sizes.any():
+            kinds = ", ".join(f"{k} {int((sizes & (self._kinds == k)).sum())}" for k in KINDS
+                              if (sizes & (self._kinds == k)).any())
+            out.append(f"{change.label} left as recorded {int(sizes.sum())} allocations of other kinds with an "
+                       f"activation's size ({kinds}; e.g. the input batch): if they grow with the change, the "
+                       "simulated figures come out low")
+        return out
 
     def refusal(self, device: int) -> str | None:
         for i, change in enumerate(self.changes):
@@ -199,8 +288,8 @@ class Reshaper:
 
     def _allocs(self, op: Op, pages: dict[object, int]) -> Iterable[Op]:
         size = op.size
-        for change, chosen, edges in zip(self.changes, self._chosen, self._edges):
-            if op.stack not in chosen:
+        for i, (change, edges) in enumerate(zip(self.changes, self._edges)):
+            if not self._applies_to(i, op):
                 continue
             if change.how == SCALE:
                 size = max(1, math.ceil(size * change.factor))

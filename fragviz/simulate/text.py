@@ -52,7 +52,11 @@ def run_line(label: str, run: RunFigures, known: bool = True, width: int = 34, u
     of = f" of {format_bytes(capacity)}" if capacity else ""
     return (f"  {label:<{width}} peak reserved {format_bytes(run.peak_reserved_bytes)}{of}, peak requested "
             f"{format_bytes(run.peak_requested_bytes)}, peak allocated {format_bytes(run.peak_allocated_bytes)}, "
-            f"final fragmentation {run.final_fragmentation:.1%}: {ooms_text(run.ooms, known, until_recording_ends)}")
+            f"fragmentation {_at_peak(run)}final {run.final_fragmentation:.1%}: {ooms_text(run.ooms, known, until_recording_ends)}")
+
+
+def _at_peak(run: RunFigures) -> str:
+    return "" if run.peak_fragmentation is None else f"at peak reserved {run.peak_fragmentation:.1%}, "
 
 
 def memory_line(memory: DeviceMemory) -> str:
@@ -81,8 +85,15 @@ def device_what_if_lines(d: DeviceWhatIf) -> list[str]:
     lines.append(("  cannot tell: " if d.outcome == UNKNOWN else "  => ") + d.claim)
     if d.certain_oom:
         lines.append("  => " + certain_oom_sentence(d.certain_oom))
-    lines.extend(f"  note: {n}" for n in d.start.notes)
+    lines.extend(_changed_kind_line(k) for k in d.changed_kinds)
+    lines.extend(f"  note: {n}" for n in d.change_notes + d.start.notes)
     return lines
+
+
+def _changed_kind_line(k: dict) -> str:
+    """A kind a code what-if changed: its allocations made during the trace, and their bytes, before and after."""
+    return (f"  changed {k['kind']}: {k['allocations_before']} allocations, {format_bytes(k['bytes_before'])} "
+            f"-> {k['allocations_after']} allocations, {format_bytes(k['bytes_after'])} (made during the trace)")
 
 
 def what_if_text(analysis: Analysis, conf: str | None, result: WhatIfResult, changes: str = "") -> str:

@@ -20,7 +20,7 @@ from fragviz.allocator.config import AllocatorSettings, parse_alloc_conf
 from fragviz.allocator.state import snapshot_dict
 from fragviz.replay.analysis import Analysis, trace_totals
 from fragviz.base.errors import FragvizError
-from fragviz.model.metrics import state_figures
+from fragviz.model.metrics import fragmentation, state_figures
 from fragviz.model import ALLOC, OOM
 from fragviz.simulate.freerun import FreeRunResult, free_run
 from fragviz.simulate.reshape import CodeChange, Reshaper, changes_label
@@ -101,7 +101,19 @@ def recorded_run(analysis: Analysis, device: int, memory: DeviceMemory) -> RunFi
     ooms = tuple(OomAt(k, int(trace.size[k]), int(s["reserved"][k]), int(s["largest_gap"][k])) for k in hits)
     return RunFigures(analysis.settings, memory.bytes, totals.peak_reserved, int(s["allocated"].max()),
                       totals.peak_requested, state_figures(analysis.snapshot.segments_of(device)).fragmentation,
-                      ooms, len(ooms))
+                      ooms, len(ooms), recorded_peak_fragmentation(analysis, device))
+
+
+def recorded_peak_fragmentation(analysis: Analysis, device: int) -> float | None:
+    """The recording's fragmentation at its reserved peak, at its fullest (the first state with the most allocated
+    bytes among those with the most reserved), as a free-run's (freerun.PeakState) is read; None without a series."""
+    s = analysis.replays[device].series
+    if not len(s.get("reserved", ())):
+        return None
+    reserved, allocated = s["reserved"], s["allocated"]
+    top = np.flatnonzero(reserved == reserved.max())
+    k = int(top[np.argmax(allocated[top])])
+    return fragmentation(int(s["non_releasable"][k]), int(reserved[k]))
 
 
 def start_state(analysis: Analysis, device: int) -> StartState:
@@ -197,7 +209,9 @@ def simulate_device(analysis: Analysis, device: int, runs: list[tuple[str, Alloc
         given = run.figures()
         outcome, claim = judge(label, recorded, base, given, memory, ends_at_failure(analysis, device))
         out.append(DeviceWhatIf(device, label, None, given, base, recorded, start, memory, outcome, claim, certain,
-                                run.series.timeline() if run.series is not None else None, effects))
+                                run.series.timeline() if run.series is not None else None, effects,
+                                changed_kinds=shaped.by_kind() if shaped else (),
+                                change_notes=shaped.notes() if shaped else ()))
     return out
 
 
