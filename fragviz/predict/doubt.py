@@ -39,12 +39,14 @@ class Ambiguous:
 
 def with_range(p: Plan, target: float, run: PredictedRun, settings: AllocatorSettings) -> PredictedRun:
     """`run` with its peaks' range: the prediction free-run again with every allocation at its lowest and at its
-    highest size, on an unlimited device (a device's limit would cut the peaks it is to tell)."""
+    highest size, on an unlimited device (a device's limit would cut the peaks it is to tell: a run that ran out
+    of memory is run again without one for its own peaks)."""
+    point = run if run.oom is None else run_at(p, target, run.alloc_conf, settings, None)  # peaks past the OOM
     if not p.laws.ambiguous.any():
-        return replace(run, peak_requested_range=(run.peak_requested_bytes, run.peak_requested_bytes),
-                       peak_reserved_range=(run.peak_reserved_bytes, run.peak_reserved_bytes))
+        return replace(run, peak_requested_range=(point.peak_requested_bytes, point.peak_requested_bytes),
+                       peak_reserved_range=(point.peak_reserved_bytes, point.peak_reserved_bytes))
     low, high = p.bounds_at(target)
-    runs = [run, run_at(p, target, run.alloc_conf, settings, None, low),
+    runs = [point, run_at(p, target, run.alloc_conf, settings, None, low),
             run_at(p, target, run.alloc_conf, settings, None, high)]
     req = [r.peak_requested_bytes for r in runs]
     res = [r.peak_reserved_bytes for r in runs]

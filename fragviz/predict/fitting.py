@@ -57,7 +57,7 @@ def fit_search(p: Plan, conf: str | None, settings: AllocatorSettings, capacity:
     """The largest whole knob value that runs without an OOM on `capacity` bytes: under the chosen laws, then
     under the high end of every law (capped by the first)."""
     say = progress or (lambda _text: None)
-    point = _boundary(p, conf, settings, capacity, lambda _n: None, lambda text: say(f"{text} (chosen laws)"))
+    point = _boundary(p, conf, settings, capacity, lambda _n: None, say)
     safe = point
     if p.laws.ambiguous.any() and point.largest is not None:
         safe = _boundary(p, conf, settings, capacity, lambda n: p.bounds_at(n)[1],

@@ -49,9 +49,11 @@ def unmatched_lines(u: Unmatched) -> list[str]:
 
 def run_lines(run: PredictedRun) -> list[str]:
     settings = settings_text(run.alloc_conf)
-    lines = [f"  under {settings}: peak requested {fb(run.peak_requested_bytes)}{range_text(run.peak_requested_range)}"
-             f", peak allocated {fb(run.peak_allocated_bytes)}, peak reserved {fb(run.peak_reserved_bytes)}"
-             f"{range_text(run.peak_reserved_range)}, fragmentation at the peak {run.fragmentation:.1%}"]
+    cut = run.oom is not None
+    lines = [f"  under {settings}: peak requested {fb(run.peak_requested_bytes)}"
+             f"{range_text(run.peak_requested_range, cut)}, peak allocated {fb(run.peak_allocated_bytes)}, peak "
+             f"reserved {fb(run.peak_reserved_bytes)}{range_text(run.peak_reserved_range, cut)}, fragmentation at the "
+             f"peak {run.fragmentation:.1%}"]
     if run.device_memory_bytes is None:
         lines.append("    device size not given (--device-memory SIZE): whether it runs out of memory is not asked")
     else:
@@ -59,11 +61,14 @@ def run_lines(run: PredictedRun) -> list[str]:
     return lines
 
 
-def range_text(bounds: tuple[int, int] | None) -> str:
-    """" (range LOW to HIGH)" where the laws the recordings allow spread the figure; nothing where they agree."""
-    if bounds is None or bounds[0] == bounds[1]:
+def range_text(bounds: tuple[int, int] | None, cut: bool = False) -> str:
+    """" (range LOW to HIGH)" where the laws the recordings allow spread the figure, nothing where they agree; for
+    a run `cut` by its OOM, whose peaks are those up to it, the range on a device without a limit."""
+    if bounds is None or (bounds[0] == bounds[1] and not cut):
         return ""
-    return f" (range {fb(bounds[0])} to {fb(bounds[1])})"
+    where = "up to the OOM; without the device's limit " if cut else ""
+    span = fb(bounds[0]) if bounds[0] == bounds[1] else f"{fb(bounds[0])} to {fb(bounds[1])}"
+    return f" ({where}{'range ' if bounds[0] != bounds[1] else ''}{span})"
 
 
 def fits_sentence(run: PredictedRun) -> str:

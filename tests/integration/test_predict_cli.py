@@ -26,7 +26,8 @@ SAMPLES = os.path.join(ROOT, "sample_snapshots")
 TRAIN = os.path.join(SAMPLES, "gpt_train.pickle.gz")
 PREDICTION_KEYS = {"peak_requested_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "fragmentation", "oom",
                    "laws", "knob", "sizes", "to", "sources", "device", "matched_allocations", "template_allocations",
-                   "law_counts", "unmatched", "runs"}
+                   "law_counts", "unmatched", "runs", "peak_requested_range", "peak_reserved_range", "warnings",
+                   "ambiguous", "leave_one_out"}
 RUN_KEYS = {"alloc_conf", "device_memory_bytes", "peak_requested_bytes", "peak_allocated_bytes",
             "peak_reserved_bytes", "fragmentation", "oom", "oom_count"}
 OOM_KEYS = {"event", "site", "requested_bytes", "reserved_bytes", "largest_free_block", "device_memory_bytes"}
@@ -148,7 +149,7 @@ def test_the_run_at_16_predicted_from_4_and_8_is_the_one_recorded_at_16(batch, p
     assert (d["knob"], d["sizes"], d["to"], d["sources"], d["device"]) == ("size", [4, 8], 16, [paths[4], paths[8]], 0)
     assert d["oom"] is None  # no device size given
     (run,) = d["runs"]
-    assert set(run) == RUN_KEYS and run["alloc_conf"] is None and run["device_memory_bytes"] is None
+    assert set(run) == RUN_KEYS | {"peak_requested_range", "peak_reserved_range"} and run["alloc_conf"] is None and run["device_memory_bytes"] is None
     assert [run[k] for k in ("peak_requested_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "fragmentation",
                              "oom")] == [d[k] for k in ("peak_requested_bytes", "peak_allocated_bytes",
                                                         "peak_reserved_bytes", "fragmentation", "oom")]
@@ -198,7 +199,7 @@ def test_fit_finds_the_largest_batch_and_the_prediction_there_agrees(batch, fit_
     assert set(fit_1gib) == {"fit"}
     (answer,) = fit_1gib["fit"]
     assert set(answer) == {"alloc_conf", "device_memory_bytes", "largest_fitting", "first_failing", "at_largest",
-                           "at_first_failing"}
+                           "at_first_failing", "largest_fitting_point", "first_failing_point"}
     largest = answer["largest_fitting"]
     assert peak_reserved(traces[16]) < GiB and largest >= 16  # the run recorded at 16 fits 1 GiB
     assert (answer["alloc_conf"], answer["device_memory_bytes"], answer["first_failing"]) == (None, GiB, largest + 1)
