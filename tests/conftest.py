@@ -79,6 +79,9 @@ SLOW = (
     "tests/integration/test_pools_cli.py::test_report_from_the_store_gives_the_same_pools",
     "tests/integration/test_run_dropin.py::test_fragviz_run_is_python_with_an_agent",
     "tests/integration/test_simulator_fidelity.py::test_simulate_command_json_shapes",
+    # two programs recorded on the fly on a small device, beside a prediction
+    "tests/integration/test_predict_shapes.py::"
+    "test_the_safe_fit_of_affine_runs_without_running_out_of_memory_when_recorded",
 )
 
 

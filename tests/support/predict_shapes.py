@@ -10,6 +10,7 @@ held against (tests/integration/test_predict_shapes.py, bench/bench_predict.py).
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import pickle
 import subprocess
@@ -94,6 +95,28 @@ def keep_last_entries(path: str, keep: int) -> None:
         raise ValueError(f"{path}: its trace has {len(trace)} entries, not more than {keep}: nothing is cut")
     data["device_traces"][0] = trace[-keep:]
     write_snapshot(path, data)
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """One `fragviz predict --json` run: its JSON where it predicted (exit 0), its one line where it refused (2)."""
+
+    json: dict | None
+    refusal: str | None
+
+
+def predict(shape: Shape, count: int, *extra: str, where: str = DATA) -> Predicted:
+    """`fragviz predict --json` of the shape's fourth value from its first `count` recordings (`extra`: more
+    options, `--fit` above all). Any exit but 0 and 2 (a usage error, an internal error) raises."""
+    sizes = [str(v) for v in shape.values[:count]]
+    done = subprocess.run([sys.executable, "-m", "fragviz", "predict", *shape.paths(where)[:count], "--sizes", *sizes,
+                           "--to", str(shape.values[3]), "--knob", shape.knob, "--json", *extra],
+                          cwd=ROOT, capture_output=True, text=True)
+    if done.returncode == 0:
+        return Predicted(json.loads(done.stdout), None)
+    if done.returncode == 2:
+        return Predicted(None, done.stderr.strip())
+    raise RuntimeError(f"fragviz predict on {shape.name} exited {done.returncode}: {done.stderr.strip()}")
 
 
 def out_of_memory(path: str) -> bool:
