@@ -181,9 +181,11 @@ class Reshaper:
         for kind in KINDS:
             mine = self._kinds == kind
             if (mine & touched).any():
+                # as the simulation made them (a paged cache that grows takes over its pages), else as computed
+                made = getattr(self, "_made", {}).get(kind) or [int(count[mine].sum()), int(sizes[mine].sum())]
                 out.append({"kind": kind, "allocations_before": int(mine.sum()),
-                            "bytes_before": int(self._sizes[mine].sum()), "allocations_after": int(count[mine].sum()),
-                            "bytes_after": int(sizes[mine].sum())})
+                            "bytes_before": int(self._sizes[mine].sum()), "allocations_after": made[0],
+                            "bytes_after": made[1]})
         return tuple(out)
 
     def effects(self) -> tuple[dict[str, object], ...]:
@@ -197,10 +199,17 @@ class Reshaper:
         return tuple(out)
 
     def notes(self) -> tuple[str, ...]:
-        """What each scale covered beyond its target, and what of the same program it left as recorded."""
+        """What each scale covered beyond its target, and what of the same program it left as recorded; what a
+        bucket pads."""
         out = []
         for i, change in enumerate(self.changes):
             picked = self._selected(i)
+            if change.how == BUCKET:
+                out.append(f"{change.label} pads bytes, not lengths: each site (a source line) is one size range, "
+                           "padded up to its steps; the backward pass's allocations are bucketed only where their "
+                           "own sites are targeted" + (", and parameters or optimizer state made at a targeted "
+                           "site are padded too" if (picked & np.isin(self._kinds, list(_LAYER_KINDS[:2]) +
+                                                     ["optimizer_state"])).any() else ""))
             if change.how == SCALE and change.target == ACTIVATIONS:
                 out.extend(self._activation_notes(change, picked))
             elif change.how == SCALE and not change.is_kind:
@@ -264,21 +273,38 @@ class Reshaper:
         return sizes
 
     def __call__(self, ops: Iterator[Op]) -> Iterator[Op]:
-        pages: dict[object, int] = {}  # a paged allocation's key: its number of pages
-        for op in ops:
+        """The workload changed (`_changed`), each allocation it makes counted by kind (`by_kind`)."""
+        self._made: dict[str, list[int]] = {}
+        for op in self._changed(ops):
             if op.kind == "alloc":
-                yield from self._allocs(op, pages)
+                made = self._made.setdefault(self._kind_of(op.stack), [0, 0])
+                made[0], made[1] = made[0] + 1, made[1] + op.size
+            yield op
+
+    def _changed(self, ops: Iterator[Op]) -> Iterator[Op]:
+        """The workload changed. A paged allocation is held back until the next op that is not a free: where one
+        of those frees a paged allocation of no more pages (a cache grown by torch.cat: the new tensor made, then
+        the old one freed), the new one takes over the old one's pages and only its extra pages are allocated, as
+        a paged cache appends pages; the pages model never holds both."""
+        pages: dict[object, list] = {}  # a paged allocation's key: its pages' keys
+        held: list[Op] = []  # the page allocations of the latest paged allocation, not yet made
+        for op in ops:
+            if op.kind == "free" and held and not op.pending and 0 < len(pages.get(op.key, ())) <= len(held):
+                yield from _grow(op.key, held, pages)
+                held = []
                 continue
-            if op.kind == "oom_request":  # the request the recording failed, changed as its site's others are
+            if op.kind != "free":
+                yield from held
+                held = []
+            if op.kind == "alloc":
+                changed = self._allocs(op, pages)
+                held = changed if op.key in pages else []
+                yield from (() if held else changed)
+            elif op.kind == "oom_request":  # the request the recording failed, changed as its site's others are
                 yield Op(op.kind, op.event, size=self._failed_size(op), stream=op.stream, stack=op.stack)
-                continue
-            n = pages.get(op.key, 0)
-            if not n:
-                yield op
-                continue
-            if op.kind == "complete" or (op.kind == "free" and not op.pending):
-                del pages[op.key]
-            yield from (Op(op.kind, op.event, (op.key, k), pending=op.pending) for k in range(n))
+            else:
+                yield from _paged_free(op, pages)
+        yield from held
 
     def _failed_size(self, op: Op) -> int:
         """A recorded OOM's request as the changes make it: scaled and bucketed, and paged as its whole pages'
@@ -297,9 +323,26 @@ class Reshaper:
                 size = int(edges[op.stack][np.searchsorted(edges[op.stack], size)])  # the step at or above it
             elif change.how == PAGED_KV:
                 n = -(-size // change.page_bytes)
-                pages[op.key] = n
+                pages[op.key] = [(op.key, k) for k in range(n)]
                 return [Op("alloc", op.event, (op.key, k), change.page_bytes, op.stream, op.stack) for k in range(n)]
         return [Op("alloc", op.event, op.key, size, op.stream, op.stack)]
+
+
+def _grow(old: object, held: list[Op], pages: dict[object, list]) -> list[Op]:
+    """The held paged allocation takes over `old`'s pages (being freed): only its pages beyond them are made."""
+    kept = pages.pop(old)
+    pages[held[0].key[0]] = kept + [o.key for o in held[len(kept):]]
+    return held[len(kept):]
+
+
+def _paged_free(op: Op, pages: dict[object, list]) -> Iterable[Op]:
+    """A free (or a deferred free's completion) as the pages of a paged allocation see it."""
+    keys = pages.get(op.key)
+    if not keys:
+        return (op,)
+    if op.kind == "complete" or (op.kind == "free" and not op.pending):
+        del pages[op.key]
+    return [Op(op.kind, op.event, k, pending=op.pending) for k in keys]
 
 
 def _applies(change: CodeChange, stack: int, kind_of: StackKinds, frames_of) -> bool:
