@@ -137,5 +137,6 @@ WHATIF_PREDICT_JOB = "whatif-predict-job"  # {"run": the running prediction's jo
 WHATIF_PREDICT_POLL = "whatif-predict-poll"
 WHATIF_PREDICT_RESULT = "whatif-predict-result"  # progress, the predicted figures, or why there are none
 WHATIF_PREDICT_LAWS = "whatif-predict-laws"  # the sites of most predicted bytes: law, bytes per recording, predicted
+WHATIF_PREDICT_WARNINGS = "whatif-predict-warnings"  # how sure: the prediction's warnings, where it has any
 WHATIF_PREDICT_FIGURE = "whatif-predict-figure"  # peak requested and reserved at each recorded size and predicted
 WHATIF_PREDICT_COMMAND = "whatif-predict-command"  # <code>: the `fragviz predict` command line of the same prediction

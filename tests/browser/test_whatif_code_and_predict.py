@@ -141,6 +141,10 @@ def test_a_bigger_run_predicted_from_two_smaller_ones(page, server):
     predicted = float(number) * parse_size(f"1{unit}")
     assert math.isclose(predicted, big.peak_requested, rel_tol=0.05), (figures, big)
     assert figures["fits the device?"] == "fits a device of 1.00 GiB: no OOM"
+    # every size a pure power of the batch: the laws are certain, so the range is the point, and no warning
+    assert figures["peak requested, range"] == figures["peak requested"]
+    assert figures["peak reserved, range"] == figures["peak reserved"]
+    assert page.locator("#whatif-predict-warnings").count() == 0
     assert "Matched 920 of 920 allocations" in page.locator("#whatif-predict-result").inner_text()
     laws = page.evaluate("[...document.querySelectorAll('#whatif-predict-laws tbody tr')].map(r => r.cells.length)")
     assert 0 < len(laws) <= 15 and set(laws) == {5}  # site, law, batch 4, batch 8, batch 16
@@ -151,4 +155,21 @@ def test_a_bigger_run_predicted_from_two_smaller_ones(page, server):
                          ".map(t => [t.name, t.x])")
     assert bars == [[name, ["batch 4 (recorded)", "batch 8 (recorded)", "batch 16 (predicted)"]]
                     for name in ("peak requested", "peak reserved")]
+    assert page.errors == []
+
+
+def test_a_prediction_the_recordings_cannot_pin_down_shows_its_range_and_why(page, server):
+    # a prefix of 49 tokens: sizes are a + b·seq, which two recordings cannot tell from a power of seq
+    shapes = os.path.join(ROOT, "tests", "data", "predict_shapes")
+    small, mid = (server.upload(os.path.join(shapes, f"affine_{s}.pickle.gz")) for s in (32, 64))
+    recorded = trace_totals(load_snapshot(os.path.join(shapes, "affine_256.pickle.gz")), 0)
+    open_whatif(page, server, small)
+    page.fill("#whatif-predict-knob", "seq")
+    ask_prediction(page, "affine_64.pickle.gz", "32 64", "256")
+    page.wait_for_selector("#whatif-predict-result .fv-predict-figures", timeout=120000)
+    figures = predicted_figures(page)
+    low, high = (parse_size(x.replace(" ", "")) for x in figures["peak requested, range"].split(" to "))
+    assert low <= recorded.peak_requested <= high  # the range holds what the program at 256 recorded
+    warnings = page.locator("#whatif-predict-warnings").inner_text()
+    assert "two recordings cannot tell apart the laws of" in warnings and "a recording at seq 128" in warnings
     assert page.errors == []

@@ -57,12 +57,29 @@ def _fits(run: PredictedRun) -> str:
     return fits_sentence(run)
 
 
+def _span(bounds: tuple[int, int] | None) -> str:
+    if bounds is None:
+        return "not worked out"
+    return fb(bounds[0]) if bounds[0] == bounds[1] else f"{fb(bounds[0])} to {fb(bounds[1])}"
+
+
 def _figures_table(run: PredictedRun) -> html.Table:
-    rows = (("peak requested", fb(run.peak_requested_bytes)), ("peak allocated", fb(run.peak_allocated_bytes)),
-            ("peak reserved", fb(run.peak_reserved_bytes)), ("fragmentation at the peak", f"{run.fragmentation:.1%}"),
-            ("fits the device?", _fits(run)))
+    limit = " (without the device's limit)" if run.oom is not None else ""
+    rows = (("peak requested", fb(run.peak_requested_bytes)),
+            (f"peak requested, range{limit}", _span(run.peak_requested_range)),
+            ("peak allocated", fb(run.peak_allocated_bytes)), ("peak reserved", fb(run.peak_reserved_bytes)),
+            (f"peak reserved, range{limit}", _span(run.peak_reserved_range)),
+            ("fragmentation at the peak", f"{run.fragmentation:.1%}"), ("fits the device?", _fits(run)))
     return html.Table(className="fv-whatif-table fv-predict-figures",
                       children=html.Tbody([html.Tr([html.Th(name), html.Td(value)]) for name, value in rows]))
+
+
+def _warnings(p: Prediction) -> html.Div | None:
+    """What to know before trusting the figures (fragviz.predict.doubt), or nothing where nothing is in doubt."""
+    if not p.warnings:
+        return None
+    return html.Div(id=ids.WHATIF_PREDICT_WARNINGS, className="fv-note", role="note", children=[
+        html.Strong("How sure: "), html.Ul([html.Li(w) for w in p.warnings])])
 
 
 def _matched(p: Prediction) -> html.P:
@@ -95,7 +112,7 @@ def prediction_panel(shown: PredictionShown, command: str) -> html.Div:
     at = ", ".join(str(as_number(k)) for k in p.knobs)
     where = html.P(f"Predicted at {p.knob} {as_number(p.target)} from the recordings at {p.knob} {at}, on "
                    f"cuda:{p.device}, under {settings_text(run.alloc_conf)}.", className="fv-predict-where")
-    return html.Div([where, _figures_table(run), _matched(p),
+    return html.Div([where, _figures_table(run), _warnings(p), _matched(p),
                      html.H4(f"Sites by predicted bytes (allocated over the run), the top {SITES_SHOWN}"),
                      _laws_table(p), dcc.Graph(id=ids.WHATIF_PREDICT_FIGURE, figure=prediction_figure(p.knob,
                                                                                                       shown.points)),
