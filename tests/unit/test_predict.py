@@ -20,10 +20,10 @@ from fragviz.allocator.config import parse_alloc_conf
 from fragviz.allocator.sim import DeviceAllocator
 from fragviz.allocator.state import snapshot_dict
 from fragviz.model import Frame
-from fragviz.predict import PredictionRefused, fit_search, plan, predict, recorded_workload, traced_device
+from fragviz.predict import PredictionRefused, fit_search, plan, predict, recorded_workload, run_at, traced_device
 from fragviz.predict.fitting import MAX_FIT
-from fragviz.predict.laws import (AFFINE, AFFINE_POWER, CLAMPED, CONSTANT, LINEAR, MAX_EXPONENT, POLYNOMIAL, POWER,
-                                 QUADRATIC, fit_laws)
+from fragviz.predict.laws import (AFFINE, CLAMPED, CONSTANT, LINEAR, MAX_EXPONENT, POLYNOMIAL, POWER, QUADRATIC,
+                                 fit_laws)
 from fragviz.predict.match import align
 from fragviz.predict.text import fit_text, prediction_text
 from fragviz.predict.workload import BEFORE_TRACE
@@ -531,3 +531,73 @@ def test_the_match_is_bounded_on_sequences_that_never_agree(monkeypatch):
     pairs = match.align(a, b)
     assert len(tried) <= match.WORK_PER_ALLOCATION * (len(a) + len(b))
     assert len(pairs) < 100  # nearly nothing matches: a prediction would be refused
+
+
+# -- how sure: the laws the recordings allow, and their spread -----------------------------------------------------
+
+def test_two_recordings_of_a_size_off_every_pure_law_allow_three_laws_and_the_range_spans_them():
+    # 81 and 113 units at 32 and 64: (seq + 49), a line not through zero; two points fit any two-parameter law
+    laws = fit_laws([32, 64], np.array([[81.0, 113.0], [7.0, 7.0]]))
+    assert laws.law.tolist() == [POWER, CONSTANT] and laws.ambiguous.tolist() == [True, False]
+    low, high = laws.bounds_at(256)
+    power = 113 * 4 ** math.log2(113 / 81)  # through both, carried from 64
+    affine = 81 + (113 - 81) / 32 * (256 - 32)
+    parabola = 81 + (113 - 81) / (64 ** 2 - 32 ** 2) * (256 ** 2 - 32 ** 2)  # a + c·S²
+    assert (low[0], high[0]) == (round(min(power, affine, parabola)), round(max(power, affine, parabola)))
+    assert low[0] <= 305 <= high[0]  # the truth, seq + 49 at 256
+    assert laws.at(256)[0] == round(power) and (low[1], high[1]) == (7, 7)
+
+
+def test_three_recordings_choose_the_law_that_holds_on_all_and_its_range_is_its_point():
+    # seq + 49 at 32, 64 and 128: the affine line holds on the three; (seq + 49)²: the polynomial
+    laws = fit_laws([32, 64, 128], np.array([[81.0, 113.0, 177.0], [81.0 ** 2, 113.0 ** 2, 177.0 ** 2]]))
+    assert laws.law.tolist() == [AFFINE, POLYNOMIAL]
+    assert laws.at(256).tolist() == [305, 305 ** 2]
+    low, high = laws.bounds_at(256)
+    assert (low[0], high[0]) == (305, 305)  # the power does not hold on three, so nothing else is allowed
+    assert low[1] <= 305 ** 2 <= high[1]  # an affine power a + b·S^p also goes through three points
+
+
+def test_a_size_that_grew_then_stayed_is_clamped_and_a_parabola_that_turns_back_is_not_allowed():
+    laws = fit_laws([4, 8, 16], np.array([[100.0, 200.0, 200.0], [188416.0, 589824.0, 655360.0]]))
+    assert laws.law[0] == CLAMPED and laws.at(64)[0] == 200
+    assert laws.law[1] != POLYNOMIAL  # 589824 → 655360 bends down: the parabola through them falls below zero
+    assert laws.bounds_at(32)[0][1] >= 1
+
+
+def test_a_site_whose_exponents_scatter_is_data_dependent_and_predicted_by_its_median():
+    # one site, five allocations whose sizes grow by 1.5 to 6 times as the knob doubles (padding to the longest)
+    sizes = np.array([[100.0, 150.0], [100.0, 250.0], [100.0, 300.0], [100.0, 450.0], [100.0, 600.0]])
+    laws = fit_laws([4, 8], sizes, groups=[0] * 5)
+    exponents = np.log2(sizes[:, 1] / sizes[:, 0])
+    assert laws.spread is not None and not np.isnan(laws.spread[0]).any()
+    assert laws.exponent.tolist() == pytest.approx([float(np.median(exponents))] * 5)
+    low, high = laws.bounds_at(16)
+    assert high.tolist() == [round(600 * 2 ** exponents.max())] * 5  # the site's largest size, at its fastest
+    assert low.tolist() == [round(s * 2 ** min(exponents.min(), 1.0)) for s in sizes[:, 1]]
+    # the same sizes at five sites: each is one allocation, no scatter to read, so a law per allocation
+    assert fit_laws([4, 8], sizes, groups=range(5)).spread is None
+
+
+def test_the_safe_fit_is_never_above_the_point_and_is_checked_at_the_high_end(tmp_path):
+    def model(k: int) -> dict:
+        p = Program()
+        w = p.alloc("weights", 10 * MiB)
+        x = p.alloc("act", (k + 49) * MiB)  # affine in k: two recordings cannot tell it from a power
+        p.free(x)
+        p.free(w)
+        return p.snapshot()
+
+    fitted = plan([workload(model(k), f"p{k}.pickle") for k in (32, 64)], [32, 64])
+    answer = fit_search(fitted, None, DEFAULT, 512 * MiB)
+    assert answer.point.largest is not None and answer.largest is not None
+    assert answer.largest <= answer.point.largest
+    # the safe answer fits at the high end of every law, and one more does not
+    high = fitted.bounds_at(answer.largest + 1)[1]
+    assert run_at(fitted, answer.largest, None, DEFAULT, 512 * MiB, fitted.bounds_at(answer.largest)[1]).oom is None
+    assert run_at(fitted, answer.largest + 1, None, DEFAULT, 512 * MiB, high).oom is not None
+    # the truth, 10 + k + 49 MiB in 2 MiB-rounded segments of 512 MiB: k = 451 fits; the safe answer is below it
+    assert answer.largest <= 451
+    text = fit_text("seq", [answer])
+    assert f"under every law the recordings allow is {answer.largest}" in text
+    assert f"under the chosen laws it is {answer.point.largest}" in text
