@@ -338,9 +338,12 @@ def test_paged_kv_of_the_cache_s_site_against_the_trace():
     assert d["changes"] == [{"change": "paged_kv", "target": "gpt.py:34", "factor": None, "steps": None,
                              "page_bytes": page, "label": "site 'gpt.py:34' in 256.00 KiB pages",
                              "allocations": len(chosen), "recorded_bytes": sum(e["size"] for e in chosen)}]
-    assert d["peak_requested_bytes"] == peak_requested(
-        trace, lambda e: -(-e["size"] // page) * page if at_site(e, "gpt.py:34") else e["size"])
-    assert d["peak_requested_bytes"] > d["baseline"]["peak_requested_bytes"] == peak_requested(trace)
+    # each cache made by torch.cat takes over the pages of the one it replaces (freed before the next allocation)
+    # and makes only the extra pages, so the peak lies between the recorded one and the peak with every cache in
+    # pages of its own (test_whatif_programs checks the figure against a program that really pages its cache)
+    own_pages = peak_requested(trace, lambda e: -(-e["size"] // page) * page if at_site(e, "gpt.py:34") else e["size"])
+    assert d["baseline"]["peak_requested_bytes"] == peak_requested(trace)
+    assert peak_requested(trace) < d["peak_requested_bytes"] <= own_pages
 
 
 def test_paged_kv_of_a_kind_the_stacks_do_not_show_is_refused_with_the_reason():
