@@ -40,7 +40,7 @@ def too_different(workloads: Sequence[RecordedWorkload], knobs: Sequence[float],
             f"{unmatched.allocations} allocations) do not match between the recordings, more than the "
             f"{limit:.0%} allowed: they do not look like one program at two sizes (largest: {where})")
     causes = growing_counts(workloads, knobs, [s.site for s in unmatched.sites]) + partial_traces(workloads)
-    return text + "".join(f". {cause}" for cause in causes)
+    return text + "".join(f". {cause[0].upper()}{cause[1:]}" for cause in causes)
 
 
 def growing_counts(workloads: Sequence[RecordedWorkload], knobs: Sequence[float], sites: Sequence[str]) -> list[str]:
@@ -60,12 +60,14 @@ def growing_counts(workloads: Sequence[RecordedWorkload], knobs: Sequence[float]
 
 
 def partial_traces(workloads: Sequence[RecordedWorkload]) -> list[str]:
-    """Sentences for recordings whose trace starts part-way through the run with most of its memory live."""
+    """Sentences for recordings whose trace starts part-way through the run: blocks live before its first event
+    (PyTorch's max_entries cut the start, or the history was switched on after the weights were made)."""
     out = []
     for w in workloads:
-        start = int(w.sizes[:w.live_at_start].sum())
-        if w.live_at_start and start > int(w.sizes.sum()) // 4:
-            out.append(f"The trace of {w.source} starts part-way through the run: {w.live_at_start} allocations "
-                       f"({fb(start)}) predate its first event, so their order and steps are unknown (PyTorch keeps "
-                       "only the last max_entries events): record with a larger max_entries, or fewer steps")
+        if w.live_at_start:
+            start = int(w.sizes[:w.live_at_start].sum())
+            out.append(f"the trace of {w.source} starts part-way through the run: {w.live_at_start} allocations "
+                       f"({fb(start)}) predate its first event, so their order, and any peak before it, are unknown "
+                       "(the history was switched on late, or PyTorch kept only the last max_entries events): "
+                       "record from the start with a larger max_entries")
     return out[:CAUSES_SHOWN]

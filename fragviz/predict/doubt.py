@@ -15,6 +15,7 @@ import numpy as np
 
 from fragviz.allocator.config import AllocatorSettings
 from fragviz.base.units import format_bytes as fb
+from fragviz.predict.causes import partial_traces
 from fragviz.predict.runs import PredictedRun, as_number, run_at, settings_text
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def warnings(p: Plan, target: float, runs: Sequence[PredictedRun], knob: str,
         out.append(f"{count} the laws of {amb.allocations} allocations ({amb.share:.0%} of the bytes at "
                    f"{knob} {as_number(target)}), most at {', '.join(amb.sites)}: the range spans them; {more}")
     out.extend(_data_dependent(p))
+    out.extend(partial_traces(p.workloads))
     for run in runs:
         low, high = run.peak_reserved_range or (run.peak_reserved_bytes, run.peak_reserved_bytes)
         if high > (1 + WIDE) * low:

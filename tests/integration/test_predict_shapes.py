@@ -78,3 +78,9 @@ def test_the_safe_fit_of_affine_runs_without_running_out_of_memory_when_recorded
     assert capture(shape, safe, at_safe, str(memory)).returncode == 0 and not out_of_memory(at_safe)
     # the other side of the answer: the fourth size, which the question is about, does run out on this device
     assert capture(shape, shape.values[3], above, str(memory)).returncode == 1 and out_of_memory(above)
+
+
+def test_a_trace_that_starts_part_way_is_predicted_with_a_warning_that_says_so():
+    got = predicted(BY_NAME["partial"], 2)  # each trace holds the last 400 events: mid-step 3 of 6
+    assert any("starts part-way through the run" in w and "max_entries" in w for w in got["warnings"])
+    assert not any("starts part-way" in w for w in predicted(BY_NAME["affine"], 2)["warnings"])  # from its start
