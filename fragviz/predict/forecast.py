@@ -17,7 +17,7 @@ import numpy as np
 
 from fragviz.allocator.config import AllocatorSettings
 from fragviz.predict.laws import Laws, fit_laws
-from fragviz.predict.causes import refuse_repeats, too_different
+from fragviz.predict.causes import growing_counts, refuse_repeats, too_different
 from fragviz.predict.match import align
 from fragviz.predict.runs import as_number
 from fragviz.predict.workload import PredictionRefused, RecordedWorkload, recorded_workload, traced_device
@@ -125,6 +125,12 @@ def plan(workloads: Sequence[RecordedWorkload], knobs: Sequence[float], target: 
         lost[c] = mine
     lost[t] = ~found
     unmatched = _unmatched(workloads, knobs, lost, total)
+    if unmatched.share > min(max_unmatched, MAX_UNMATCHED) and growing_counts(workloads, knobs, [s.site for s in
+                                                                                     unmatched.sites]):
+        from fragviz.predict.stepped import stepped_plan  # it builds on Plan: imported here, not at the top
+        stepped = stepped_plan(workloads, knobs, t, max_unmatched)
+        if stepped is not None:
+            return stepped
     if unmatched.share > max_unmatched:
         raise PredictionRefused(too_different(workloads, knobs, unmatched, max_unmatched))
     sites = [s for s, m in zip(base.sites, found.tolist()) if m]
