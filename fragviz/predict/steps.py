@@ -25,6 +25,7 @@ MAX_CANDIDATES = 512  # periods tried per seed
 MIN_REPEATS = 2  # a body must repeat at least this many times to be taken for a loop
 COUNT_EXPONENTS = (1.0, -1.0, 2.0, -2.0, 0.5, -0.5)  # the count's law: a + b·S^p
 COUNT_TOLERANCE = 0.5  # steps: a law holds where it misses no recording's count by more (counts are whole)
+EXACT = 1e-6  # steps: a law that gives every count exactly is the only one (as a pure law of the sizes is)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,8 @@ def step_sizes(sizes: np.ndarray, loop: Loop) -> StepSizes:
     i = np.arange(1, loop.count - 1, dtype=np.float64)
     middle = grid[1:-1]
     di = i - i.mean()
-    b = (di[:, None] * (middle - middle.mean(axis=0))).sum(axis=0) / max(float((di ** 2).sum()), 1.0)
+    spread = float((di ** 2).sum())  # 0 with one step between: no growth to read
+    b = (di[:, None] * (middle - middle.mean(axis=0))).sum(axis=0) / spread if spread else np.zeros(loop.period)
     return StepSizes(grid[0], middle.mean(axis=0) - b * i.mean(), b, grid[-1])
 
 
@@ -135,7 +137,8 @@ def _steps(law: tuple[float, float, float], target: float) -> int:
 def fit_count(knobs: Sequence[float], counts: Sequence[int]) -> CountLaw:
     """The count's law: with two recordings, the line in the knob where the count grows with it, in its inverse
     where it shrinks (both go through the two, as does the power through them: the range); with three or more,
-    the first of COUNT_EXPONENTS whose line holds on every recording (every one that holds: the range)."""
+    the first of COUNT_EXPONENTS whose line holds on every recording (every one that holds: the range; only
+    those that give every count exactly, where one does)."""
     knobs = tuple(float(k) for k in knobs)
     counts = tuple(int(n) for n in counts)
     order = np.argsort(knobs)
@@ -146,7 +149,8 @@ def fit_count(knobs: Sequence[float], counts: Sequence[int]) -> CountLaw:
     if len(knobs) == 2:
         return CountLaw(knobs, counts, fits[0], (fits[0], power))
     misses = [_miss(knobs, counts, law) for law in fits]
-    holding = [law for law, miss in zip(fits, misses) if miss <= COUNT_TOLERANCE]
+    exact = [law for law, miss in zip(fits, misses) if miss <= EXACT]
+    holding = exact or [law for law, miss in zip(fits, misses) if miss <= COUNT_TOLERANCE]
     if holding:
         return CountLaw(knobs, counts, holding[0], tuple(holding))
     best = fits[int(np.argmin(misses))]
