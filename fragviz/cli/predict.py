@@ -14,7 +14,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from fragviz.base.units import parse_size
     from fragviz.cli.explain import analysis_for
     from fragviz.predict import fit_search, plan_recordings, predict, settings_for
-    from fragviz.predict.stepped import with_step_notes
     from fragviz.predict.text import fit_text, prediction_text
 
     knobs = _knobs(args)
@@ -32,7 +31,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     prediction = None
     if args.to is not None:
         say(f"simulating {args.knob} {args.to:g} under {len(settings)} setting(s)")
-        prediction = with_step_notes(predict(fitted, args.to, settings, memory, args.knob), fitted, args.to)
+        prediction = predict(fitted, args.to, settings, memory, args.knob)
     answers = [fit_search(fitted, conf, s, fit_memory, say) for conf, s in settings] if fit_memory else []
     if args.json:
         out = prediction.as_dict() if prediction else {}

@@ -74,6 +74,17 @@ class Plan:
         sizes[self.matched] = self.laws.at(target)
         return sizes
 
+    def site_of(self, key: Any) -> str:
+        """The site of the allocation an op's `key` names in the program written at a target."""
+        for k, i in enumerate(self.base.alloc_at.tolist()):
+            if self.base.ops[i].key == key:
+                return self.base.sites[k]
+        return "(unknown site)"
+
+    def notes(self, target: float) -> list[str]:
+        """What a person must know of how the workload at `target` was written (a stepped plan's count)."""
+        return []
+
     def bounds_at(self, target: float) -> tuple[np.ndarray, np.ndarray]:
         """Every template allocation's lowest and highest bytes at `target` under the laws its recordings allow
         (as recorded where unmatched)."""
@@ -124,7 +135,7 @@ def plan(workloads: Sequence[RecordedWorkload], knobs: Sequence[float], target: 
         mine[pairs[:, 0]] = False
         lost[c] = mine
     lost[t] = ~found
-    unmatched = _unmatched(workloads, knobs, lost, total)
+    unmatched = unmatched_of(workloads, knobs, lost, total)
     if unmatched.share > min(max_unmatched, MAX_UNMATCHED) and growing_counts(workloads, knobs, [s.site for s in
                                                                                      unmatched.sites]):
         from fragviz.predict.stepped import stepped_plan  # it builds on Plan: imported here, not at the top
@@ -154,7 +165,7 @@ def settings_for(p: Plan, analyses: Sequence[Analysis],
     return list(confs) or [(None, analyses[p.template].settings)]
 
 
-def _unmatched(workloads: Sequence[RecordedWorkload], knobs: tuple[float, ...], lost: dict[int, np.ndarray],
+def unmatched_of(workloads: Sequence[RecordedWorkload], knobs: tuple[float, ...], lost: dict[int, np.ndarray],
                total: int) -> Unmatched:
     by_site: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
     count = nbytes = 0

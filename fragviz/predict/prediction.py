@@ -100,8 +100,8 @@ def predict(p: Plan, target: float, settings: Sequence[tuple[str, AllocatorSetti
     at_high = [high_end_oom(p, target, run, s) for run, (_, s) in zip(runs, settings)]
     laws = Counter(p.laws.law.tolist())
     left_out = leave_one_out(p, settings[0][1])
-    notes = warnings(p, target, runs, knob, at_high) + ([left_out.warning(knob)] if left_out and left_out.off
-                                                         else [])
+    notes = (p.notes(target) + warnings(p, target, runs, knob, at_high)
+             + ([left_out.warning(knob)] if left_out and left_out.off else []))
     return Prediction(knob, p.knobs, float(target), tuple(w.source for w in p.workloads), p.base.device,
                       int(p.matched.sum()), len(p.matched), law_counts(laws),
                       tuple(site_laws(p, target)), p.unmatched, runs, tuple(notes), ambiguous(p, target), left_out)

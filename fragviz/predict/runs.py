@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fragviz.allocator.config import AllocatorSettings
-from fragviz.predict.workload import RecordedWorkload
 from fragviz.simulate.freerun import run_workload
 
 if TYPE_CHECKING:
@@ -77,17 +76,10 @@ def run_at(p: Plan, target: float, conf: str | None, settings: AllocatorSettings
     oom = None
     if result.ooms:
         first = result.ooms[0]
-        oom = OomWhere(first.event, _site_at(base, first.key), first.requested_bytes, first.reserved_bytes,
+        oom = OomWhere(first.event, p.site_of(first.key), first.requested_bytes, first.reserved_bytes,
                        first.largest_free_block, capacity or 0)
     return PredictedRun(conf, capacity, a.peaks.requested, a.peaks.active, a.peaks.reserved,
                         peak.fragmentation if peak else 0.0, oom, result.oom_count)
-
-
-def _site_at(base: RecordedWorkload, key: Any) -> str:
-    for k, i in enumerate(base.alloc_at.tolist()):
-        if base.ops[i].key == key:
-            return base.sites[k]
-    return "(unknown site)"
 
 
 def settings_text(conf: str | None) -> str:

@@ -11,11 +11,11 @@ length of the sizes it is given: the low and high ends of the range carry their 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from fragviz.predict.forecast import Plan, _unmatched
+from fragviz.predict.forecast import Plan, unmatched_of
 from fragviz.predict.laws import LAWS, TOLERANCE, Laws, fit_laws
 from fragviz.predict.match import align
 from fragviz.predict.runs import as_number
@@ -51,6 +51,12 @@ class StepPlan(Plan):
     count: CountLaw
     refs: np.ndarray  # per template op: the allocation it allocates or frees (-1: none)
     site: str  # the body's site of most bytes
+
+    def site_of(self, key: Any) -> str:
+        """A written step's allocation ("step", step, position) has the site of its position in the loop."""
+        if isinstance(key, tuple) and len(key) == 3 and key[0] == "step":
+            return self.base.sites[self.loop.start + key[2]]
+        return Plan.site_of(self, key)
 
     def sizes_at(self, target: float) -> np.ndarray:
         return self._sizes(target, self.count.at(target), _raw_at(self.body, target), self.laws.at(target))
@@ -264,7 +270,7 @@ def stepped_plan(workloads: Sequence[RecordedWorkload], knobs: tuple[float, ...]
     theirs = [outside(w, loop) for w, loop in zip(workloads, loops)]
     columns, found, lost = _match_outside(workloads, theirs, template)
     total = sum(int(w.sizes.sum()) for w in workloads) or 1
-    unmatched = _unmatched(workloads, knobs, lost, total)
+    unmatched = unmatched_of(workloads, knobs, lost, total)
     if unmatched.share > max_unmatched:
         return None
     rows, steps = body_rows(workloads, loops)
@@ -327,11 +333,3 @@ def _report_laws(workloads: Sequence[RecordedWorkload], loops: Sequence[Loop], t
     matched[order] = True
     laws = StepLaws(laws.knobs, laws.sizes, laws.law, laws.exponent, laws.plausible, laws.fits, laws.spread, doubt)
     return laws, matched, (order < mine.start) | (order >= mine.end)
-
-
-def with_step_notes(prediction, p: Plan, target: float):
-    """`prediction` (fragviz.predict.prediction.Prediction) with the stepped plan's notes first among its warnings:
-    the count of steps was extrapolated."""
-    if not isinstance(p, StepPlan):
-        return prediction
-    return replace(prediction, warnings=tuple(p.notes(target)) + tuple(prediction.warnings))

@@ -66,9 +66,8 @@ def range_text(bounds: tuple[int, int] | None, cut: bool = False) -> str:
     a run `cut` by its OOM, whose peaks are those up to it, the range on a device without a limit."""
     if bounds is None or (bounds[0] == bounds[1] and not cut):
         return ""
-    where = "up to the OOM; without the device's limit " if cut else ""
     span = fb(bounds[0]) if bounds[0] == bounds[1] else f"{fb(bounds[0])} to {fb(bounds[1])}"
-    return f" ({where}{'range ' if bounds[0] != bounds[1] else ''}{span})"
+    return f" (up to the OOM; without the device's limit: {span})" if cut else f" (range {span})"
 
 
 def fits_sentence(run: PredictedRun) -> str:

@@ -378,7 +378,7 @@ def test_a_prediction_reads_as_text(doubled):
     assert lines[1] == "  matched 4 of 4 allocations; laws: 1 constant, 2 linear, 1 quadratic"
     assert lines[2] == "  every allocation matched between the recordings"
     assert lines[3].startswith("  under the recorded settings: peak requested 104.00 MiB (up to the OOM; without the "
-                               "device's limit 136.00 MiB), ")
+                               "device's limit: 136.00 MiB), ")
     assert lines[4].startswith(f"    runs out of memory on 140.00 MiB: 64.00 MiB requested at {site('loss')} (event ")
     assert lines[6] == f"    {site('mlp')}: linear (8.00 MiB → 16.00 MiB → 64.00 MiB)"
 

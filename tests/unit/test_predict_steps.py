@@ -7,7 +7,7 @@ peak is 2k + 10 MiB. `epoch(b)`: weights, then 64 / b steps of an activation of 
 from __future__ import annotations
 
 from fragviz.predict import plan, predict
-from fragviz.predict.stepped import StepPlan, loops_of, with_step_notes
+from fragviz.predict.stepped import StepPlan, loops_of
 from fragviz.predict.steps import Loop, find_loop, fit_count
 from tests.support.helpers import KiB, MiB
 from tests.unit.test_predict import RECORDED, Program, workload
@@ -65,7 +65,7 @@ def test_a_growing_cache_is_predicted_step_by_step():
     got = predict(p, 16, RECORDED, None)
     assert got.runs[0].peak_requested_bytes == (2 * 16 + 10) * MiB
     assert got.runs[0].peak_requested_range == ((2 * 16 + 10) * MiB,) * 2
-    notes = with_step_notes(got, p, 16).warnings
+    notes = got.warnings  # the count of steps, first among them
     assert notes[0].startswith("the number of steps at") and "4 at 4, 8 at 8, 12 at 12, predicted 16 at 16" in notes[0]
 
 

@@ -15,7 +15,6 @@ from fragviz.base.units import parse_size
 from fragviz.gate.budgets import size_text
 from fragviz.predict import Prediction, plan_recordings, predict, settings_for
 from fragviz.predict.runs import as_number
-from fragviz.predict.stepped import with_step_notes
 from fragviz.replay.analysis import trace_totals
 from fragviz.ui.data.views import Views
 
@@ -129,8 +128,7 @@ def run_prediction(views: Views, r: PredictRequest, progress: Callable[[float], 
     fitted = plan_recordings(analyses, r.sizes, r.target, r.device)
     progress((len(r.sids) + 1) / steps)
     confs = [] if r.conf is None else [(r.conf, parse_alloc_conf(r.conf))]
-    prediction = with_step_notes(predict(fitted, r.target, settings_for(fitted, analyses, confs), r.memory, r.knob),
-                                 fitted, r.target)
+    prediction = predict(fitted, r.target, settings_for(fitted, analyses, confs), r.memory, r.knob)
     recorded = [SizePoint(v, t.peak_requested, t.peak_reserved) for v, t in
                 ((v, trace_totals(a.snapshot, r.device)) for v, a in zip(r.sizes, analyses))]
     head = prediction.runs[0]
