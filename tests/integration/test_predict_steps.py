@@ -31,3 +31,10 @@ def test_a_count_of_steps_that_follows_the_knob_is_predicted(name, count):
     assert any(w.startswith("the number of steps at") for w in j["warnings"]), j["warnings"]
     if count == 3:
         assert abs(errors[0]) <= 0.05 and abs(errors[1]) <= 0.10, errors
+
+
+def test_an_oom_in_a_written_step_names_the_program_s_line():
+    # 128 tokens on 40 MiB: the run at 128 was recorded with a peak reserved of 64 MiB, so it runs out of memory,
+    # in a step the recordings at 16 and 32 never made (they hold 15 and 31 steps of the 127)
+    got = predict(BY_NAME["kv_cat"], 2, "--device-memory", "40MiB").json
+    assert got is not None and got["oom"]["site"].startswith("tests/predict_shapes/kv_cat.py:")
