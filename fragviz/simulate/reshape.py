@@ -1,7 +1,8 @@
 """Code what-ifs: the recorded workload changed as a code change would change it, before it is free-run.
 
 - `--scale TARGET=FACTOR`: every allocation of TARGET is FACTOR times its recorded size (a wider layer, a longer
-  sequence, half-precision activations at 0.5).
+  sequence, half-precision activations at 0.5); a site's scale widens the layer behind its activations too (its
+  parameters, their gradients and optimizer state, tied by size: fragviz.simulate.layers).
 - `--bucket TARGET:K`: the sizes each allocation site of TARGET requests (fragviz.usage.sites) are padded up to K
   steps between the smallest and the largest it requested, as padding variable sequence lengths to K buckets would: freed blocks
   then fit the next requests.
@@ -25,6 +26,7 @@ from fragviz.base.errors import UsageError
 from fragviz.base.units import format_bytes, parse_size
 from fragviz.model import ALLOC, OOM, Frame, Trace
 from fragviz.simulate.freerun import Op
+from fragviz.simulate.layers import LayerTie, construction_sites, site_notes, tie_layer
 from fragviz.usage.kinds import KIND_LABELS, KINDS, StackKinds
 from fragviz.usage.sites import NO_STACK_SITE, site_label
 
@@ -125,27 +127,42 @@ class Reshaper:
         stacks = np.unique(np.concatenate([self._stacks, trace.stack[trace.action == OOM]])).tolist()
         self._chosen = [{s for s in stacks if _applies(c, s, kind_of, frames_of)} for c in self.changes]
         self._kinds = np.array([kind_of(int(s)) for s in self._stacks], dtype=object)
-        self._derivatives = [self._derivative_sizes(c) for c in self.changes]
+        self._ties = [self._layer_tie(i, trace) for i in range(len(self.changes))]
+        self._sized = [self._tie_sizes(c, tie) for c, tie in zip(self.changes, self._ties)]
         self._edges = [self._bucket_edges(i) if c.how == BUCKET else {} for i, c in enumerate(self.changes)]
 
-    def _derivative_sizes(self, change: CodeChange) -> frozenset[int]:
-        """The sizes of the backward pass's derivatives of activations (fragviz counts them as gradients) that
-        scaling activations scales too: a gradients allocation of a size the activations requested and no
-        parameter did (a parameter's gradient has its parameter's size)."""
+    def _layer_tie(self, i: int, trace: Trace) -> LayerTie | None:
+        """The layer a site's scale widens (fragviz.simulate.layers), where the site made activations; None for a
+        kind's scale, a bucket or pages."""
+        change = self.changes[i]
+        if change.how != SCALE or change.is_kind:
+            return None
+        mine = np.isin(self._stacks, list(self._chosen[i])) & (self._kinds == ACTIVATIONS)
+        sites = construction_sites(self._stacks, self._sizes, self._kinds, self._frames_of)
+        return tie_layer({int(s) for s in self._sizes[mine]}, sites, self._kinds, self._sizes)
+
+    def _tie_sizes(self, change: CodeChange, tie: LayerTie | None) -> dict[str, frozenset[int]]:
+        """The sizes, by kind, a change covers beyond its target's own allocations: for a site, its layer's
+        (`_layer_tie`); for activations, the backward pass's derivatives of activations (fragviz counts them as
+        gradients): a gradients allocation of a size the activations requested and no parameter did (a
+        parameter's gradient has its parameter's size)."""
+        if tie is not None:
+            return tie.sizes
         if change.how != SCALE or change.target != ACTIVATIONS:
-            return frozenset()
+            return {}
         sizes = {int(s) for s in self._sizes[self._kinds == ACTIVATIONS]}
-        return frozenset(sizes - {int(s) for s in self._sizes[self._kinds == PARAMETERS]})
+        return {GRADIENTS: frozenset(sizes - {int(s) for s in self._sizes[self._kinds == PARAMETERS]})}
 
     def _selected(self, i: int) -> np.ndarray:
         """Which of the trace's allocations change `i` applies to."""
         mask = np.isin(self._stacks, list(self._chosen[i]))
-        if self._derivatives[i]:
-            mask |= (self._kinds == GRADIENTS) & np.isin(self._sizes, list(self._derivatives[i]))
+        for kind, sizes in self._sized[i].items():
+            mask |= (self._kinds == kind) & np.isin(self._sizes, list(sizes))
         return mask
 
     def _applies_to(self, i: int, op: Op) -> bool:
-        return op.stack in self._chosen[i] or (op.size in self._derivatives[i] and self._kind_of(op.stack) == GRADIENTS)
+        return op.stack in self._chosen[i] or (bool(self._sized[i]) and
+                                               op.size in self._sized[i].get(self._kind_of(op.stack), ()))
 
     def touched(self, i: int) -> tuple[int, int]:
         """How many of the trace's allocations change `i` applies to, and their recorded bytes."""
@@ -213,13 +230,7 @@ class Reshaper:
             if change.how == SCALE and change.target == ACTIVATIONS:
                 out.extend(self._activation_notes(change, picked))
             elif change.how == SCALE and not change.is_kind:
-                left = ~picked & np.isin(self._kinds, list(_LAYER_KINDS))
-                if left.any():
-                    out.append(f"{change.label} scales only the allocations made at that site: the parameters, "
-                               "gradients and optimizer state are made elsewhere and stay as recorded "
-                               f"({int(left.sum())} allocations, {format_bytes(int(self._sizes[left].sum()))} in "
-                               "the trace), so for a wider layer, whose own share of them grows too, the simulated "
-                               "figures come out low")
+                out.extend(site_notes(change.label, change.factor, self._ties[i], picked, self._kinds, self._sizes))
         return tuple(out)
 
     def _activation_notes(self, change: CodeChange, picked: np.ndarray) -> list[str]:
