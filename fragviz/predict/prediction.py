@@ -60,6 +60,9 @@ def site_laws(p: Plan, target: float) -> list[SiteLaws]:
 
 @dataclass(frozen=True)
 class Prediction:
+    """The program predicted at `target` from recordings at `knobs`: the runs under each setting (each with its
+    range), the laws by site, what did not match, and how sure it is (`warnings`, `ambiguous`, `leave_one_out`)."""
+
     knob: str
     knobs: tuple[float, ...]
     target: float
