@@ -3,9 +3,10 @@
 - `--scale TARGET=FACTOR`: every allocation of TARGET is FACTOR times its recorded size (a wider layer, a longer
   sequence, half-precision activations at 0.5); a site's scale widens the layer behind its activations too (its
   parameters, their gradients and optimizer state, tied by size: fragviz.simulate.layers).
-- `--bucket TARGET:K`: the sizes each allocation site of TARGET requests (fragviz.usage.sites) are padded up to K
-  steps between the smallest and the largest it requested, as padding variable sequence lengths to K buckets would: freed blocks
-  then fit the next requests.
+- `--bucket TARGET:K`: the sequence lengths TARGET's sizes follow (c·L, c·L²: fragviz.simulate.lengths) are padded
+  up to K bucket lengths, as padding variable lengths to K buckets would, and with them every allocation of those
+  families (the backward pass's, the input batch; never parameters or optimizer state unless named): fewer
+  distinct sizes, so freed blocks fit the next requests.
 - `--paged-kv [TARGET=]SIZE`: every KV cache allocation (or TARGET's) becomes whole pages of SIZE bytes, each
   living as long as the allocation did, as vLLM serves its cache from fixed-size pages.
 
@@ -26,9 +27,9 @@ from fragviz.base.errors import UsageError
 from fragviz.base.units import format_bytes, parse_size
 from fragviz.model import ALLOC, OOM, Frame, Trace
 from fragviz.simulate.freerun import Op
+from fragviz.simulate.lengths import LengthBuckets, bucket_notes, length_buckets
 from fragviz.simulate.layers import LayerTie, construction_sites, site_notes, tie_layer
 from fragviz.usage.kinds import KIND_LABELS, KINDS, StackKinds
-from fragviz.usage.sites import NO_STACK_SITE, site_label
 
 SCALE, BUCKET, PAGED_KV = "scale", "bucket", "paged_kv"
 KV_CACHE, ACTIVATIONS, GRADIENTS, PARAMETERS = "kv_cache", "activations", "gradients", "parameters"
@@ -60,7 +61,7 @@ class CodeChange:
         if self.how == SCALE:
             return f"{self.target_text} ×{self.factor:g}"
         if self.how == BUCKET:
-            return f"{self.target_text} in {self.steps} size buckets"
+            return f"{self.target_text} in {self.steps} length buckets"
         return f"{self.target_text} in {format_bytes(self.page_bytes)} pages"
 
     @property
@@ -93,8 +94,8 @@ def parse_bucket(text: str) -> CodeChange:
     """'activations:8' or 'model.py:forward:8'."""
     target, sep, steps = text.rpartition(":")
     if not sep or not target.strip() or not steps.strip().isdecimal() or not 1 <= int(steps) <= MAX_STEPS:
-        raise UsageError(f"--bucket '{text[:80]}': write TARGET:K (a kind or a site, then 1 to {MAX_STEPS} size "
-                         "steps), e.g. activations:8")
+        raise UsageError(f"--bucket '{text[:80]}': write TARGET:K (a kind or a site, then 1 to {MAX_STEPS} length "
+                         "buckets), e.g. activations:8")
     return CodeChange(BUCKET, target.strip(), steps=int(steps))
 
 
@@ -129,7 +130,8 @@ class Reshaper:
         self._kinds = np.array([kind_of(int(s)) for s in self._stacks], dtype=object)
         self._ties = [self._layer_tie(i, trace) for i in range(len(self.changes))]
         self._sized = [self._tie_sizes(c, tie) for c, tie in zip(self.changes, self._ties)]
-        self._edges = [self._bucket_edges(i) if c.how == BUCKET else {} for i, c in enumerate(self.changes)]
+        self._param_sizes = frozenset(int(s) for s in self._sizes[self._kinds == PARAMETERS])
+        self._buckets = [self._length_buckets(i) if c.how == BUCKET else None for i, c in enumerate(self.changes)]
 
     def _layer_tie(self, i: int, trace: Trace) -> LayerTie | None:
         """The layer a site's scale widens (fragviz.simulate.layers), where the site made activations; None for a
@@ -156,11 +158,15 @@ class Reshaper:
     def _selected(self, i: int) -> np.ndarray:
         """Which of the trace's allocations change `i` applies to."""
         mask = np.isin(self._stacks, list(self._chosen[i]))
+        if self.changes[i].how == BUCKET:
+            return mask | self._bucketed(i)
         for kind, sizes in self._sized[i].items():
             mask |= (self._kinds == kind) & np.isin(self._sizes, list(sizes))
         return mask
 
     def _applies_to(self, i: int, op: Op) -> bool:
+        if self.changes[i].how == BUCKET:
+            return self._may_bucket(i, self._kind_of(op.stack), op.size)
         return op.stack in self._chosen[i] or (bool(self._sized[i]) and
                                                op.size in self._sized[i].get(self._kind_of(op.stack), ()))
 
@@ -179,9 +185,7 @@ class Reshaper:
             if change.how == SCALE:
                 sizes[mask] = np.maximum(1, np.ceil(sizes[mask] * change.factor)).astype(np.int64)
             elif change.how == BUCKET:
-                for stack, edges in self._edges[i].items():
-                    m = mask & (self._stacks == stack) & (sizes <= edges[-1])
-                    sizes[m] = edges[np.searchsorted(edges, sizes[m])]
+                sizes[mask] = self._buckets[i].padded_sizes(sizes[mask])
             else:
                 count[mask] = -(-sizes[mask] // change.page_bytes)
                 sizes[mask], paged = count[mask] * change.page_bytes, paged | mask
@@ -222,11 +226,9 @@ class Reshaper:
         for i, change in enumerate(self.changes):
             picked = self._selected(i)
             if change.how == BUCKET:
-                out.append(f"{change.label} pads bytes, not lengths: each site (a source line) is one size range, "
-                           "padded up to its steps; the backward pass's allocations are bucketed only where their "
-                           "own sites are targeted" + (", and parameters or optimizer state made at a targeted "
-                           "site are padded too" if (picked & np.isin(self._kinds, list(_LAYER_KINDS[:2]) +
-                                                     ["optimizer_state"])).any() else ""))
+                target = np.isin(self._stacks, list(self._chosen[i]))
+                out.extend(bucket_notes(change.label, self._buckets[i], target, self._bucketed(i), self._kinds,
+                                        self._sizes_before(i)))
             if change.how == SCALE and change.target == ACTIVATIONS:
                 out.extend(self._activation_notes(change, picked))
             elif change.how == SCALE and not change.is_kind:
@@ -258,29 +260,39 @@ class Reshaper:
                         f"fragviz's kind rules and the recorded stacks, so there is nothing to change{how}")
         return None
 
-    def _bucket_edges(self, i: int) -> dict[int, np.ndarray]:
-        """Change i's K steps, by stack, for each site it buckets (fragviz.usage.sites: one line reached from several
-        callers is one site): between the smallest and the largest size the site requests once the changes before
-        it (a scale) have applied."""
-        change, edges = self.changes[i], {}
-        by_site: dict[str, list[int]] = {}
-        for stack in sorted(self._chosen[i]):
-            site = site_label(self._frames_of(stack)) if stack >= 0 else NO_STACK_SITE
-            by_site.setdefault(site, []).append(stack)
-        for stacks in by_site.values():
-            sizes = np.concatenate([self._sizes_before(i, stack) for stack in stacks])
-            lo, hi = int(sizes.min()), int(sizes.max())
-            if lo < hi:
-                steps = np.arange(1, change.steps + 1, dtype=np.int64)
-                edges.update(dict.fromkeys(stacks, np.unique(lo + -(-(hi - lo) * steps // change.steps))))
-        return edges
+    def _may_bucket(self, i: int, kind: str, size: int) -> bool:
+        """Whether bucket i may resize an allocation of this kind and recorded size where its size is of a length
+        family: not parameters or optimizer state (nor a parameter's gradient: a gradients allocation of a
+        parameter's size), unless the bucket names that kind."""
+        target = self.changes[i].target
+        if kind in _LAYER_KINDS and kind != target:
+            return kind == GRADIENTS and size not in self._param_sizes
+        return True
 
-    def _sizes_before(self, i: int, stack: int) -> np.ndarray:
-        """The sizes the stack requests once the changes before change i have scaled them."""
-        sizes = self._sizes[self._stacks == stack]
-        for before, chosen in zip(self.changes[:i], self._chosen[:i]):
-            if before.how == SCALE and stack in chosen:
-                sizes = np.maximum(1, np.ceil(sizes * before.factor)).astype(np.int64)
+    def _allowed(self, i: int) -> np.ndarray:
+        """Which of the trace's allocations bucket i may resize (`_may_bucket`)."""
+        grads = (self._kinds == GRADIENTS) & ~np.isin(self._sizes, list(self._param_sizes))
+        return ~np.isin(self._kinds, [k for k in _LAYER_KINDS if k != self.changes[i].target]) | grads
+
+    def _length_buckets(self, i: int) -> LengthBuckets:
+        """Change i's length families (fragviz.simulate.lengths) among its target's allocations that it may
+        resize, the lengths read from every allocation it may resize, as the changes before it (a scale) left
+        their sizes."""
+        allowed = self._allowed(i)
+        mine = np.isin(self._stacks, list(self._chosen[i]))[allowed]
+        return length_buckets(self._stacks[allowed], self._sizes_before(i)[allowed], mine, self.changes[i].steps)
+
+    def _bucketed(self, i: int) -> np.ndarray:
+        """The trace's allocations bucket i resizes: those it may, whose size is of one of its length families."""
+        return self._allowed(i) & np.isin(self._sizes_before(i), list(self._buckets[i].padded))
+
+    def _sizes_before(self, i: int) -> np.ndarray:
+        """The trace's allocations' sizes once the scales before change i have applied."""
+        sizes = self._sizes.astype(np.int64)
+        for j, before in enumerate(self.changes[:i]):
+            if before.how == SCALE:
+                mask = self._selected(j)
+                sizes[mask] = np.maximum(1, np.ceil(sizes[mask] * before.factor)).astype(np.int64)
         return sizes
 
     def __call__(self, ops: Iterator[Op]) -> Iterator[Op]:
@@ -325,13 +337,13 @@ class Reshaper:
 
     def _allocs(self, op: Op, pages: dict[object, int]) -> Iterable[Op]:
         size = op.size
-        for i, (change, edges) in enumerate(zip(self.changes, self._edges)):
+        for i, (change, buckets) in enumerate(zip(self.changes, self._buckets)):
             if not self._applies_to(i, op):
                 continue
             if change.how == SCALE:
                 size = max(1, math.ceil(size * change.factor))
-            elif change.how == BUCKET and op.stack in edges and size <= edges[op.stack][-1]:
-                size = int(edges[op.stack][np.searchsorted(edges[op.stack], size)])  # the step at or above it
+            elif change.how == BUCKET:
+                size = buckets.padded.get(size, size)  # its family's length padded to its bucket
             elif change.how == PAGED_KV:
                 n = -(-size // change.page_bytes)
                 pages[op.key] = [(op.key, k) for k in range(n)]

@@ -11,7 +11,8 @@ import sys
 from tests.support.helpers import ROOT
 
 DATA = os.path.join(ROOT, "tests", "data", "whatif_programs")
-TRAIN, KV = "tests/whatif_programs/train.py", "tests/whatif_programs/kv_cat.py"  # relative: the stacks name them so
+TRAIN, KV = "tests/whatif_programs/train.py", "tests/whatif_programs/kv_cat.py"
+SEQLEN = "tests/whatif_programs/seqlen.py"  # relative: the stacks name them so
 # name: (program, its arguments, the device's memory). The *_oom64 runs run out of memory by design: batch 2048
 # in the first step's forward, batch 1024 (the what-if's changed program) only in the second step's forward,
 # after the optimizer's first step has made its Adam state.
@@ -23,6 +24,8 @@ RUNS = {
     "train_b1024_oom64": (TRAIN, ("--batch", "1024"), "64MiB"),
     "kv_cat": (KV, (), "1GiB"),
     "kv_paged16": (KV, ("--page-tokens", "16"), "1GiB"),
+    "seqlen": (SEQLEN, (), "1GiB"),  # 16 steps, lengths drawn from 17..256
+    "seqlen_bucket4": (SEQLEN, ("--buckets", "4"), "1GiB"),  # each padded up to 64, 128, 192 or 256
 }
 
 

@@ -28,7 +28,8 @@ from tests.support.helpers import KiB, MiB
 
 DEFAULT = parse_alloc_conf("")
 SITES = {"fwd": ("/home/u/model.py", 30, "forward"), "fwd2": ("/home/u/model.py", 31, "forward"),
-         "kv": ("/home/u/kv_cache.py", 12, "append"), "step": ("/home/u/train.py", 50, "update")}
+         "kv": ("/home/u/kv_cache.py", 12, "append"), "step": ("/home/u/train.py", 50, "update"),
+         "bwd": ("/venv/torch/_tensor.py", 600, "backward"), "param": ("/venv/torch/nn/modules/linear.py", 9, "__init__")}
 FRAMES = tuple(Frame(*where) for where in SITES.values()) + (Frame("/home/u/train.py", 7, "main"),)
 STACKS = tuple((i, len(SITES)) for i in range(len(SITES)))
 STACK = {name: i for i, name in enumerate(SITES)}
@@ -78,8 +79,8 @@ def test_bucket_reads_a_kind_or_a_site_and_a_number_of_steps():
 def test_a_bad_bucket_is_refused_in_one_line(text):
     with pytest.raises(UsageError) as refused:
         parse_bucket(text)
-    assert str(refused.value) == (f"--bucket '{text}': write TARGET:K (a kind or a site, then 1 to {MAX_STEPS} size "
-                                  "steps), e.g. activations:8")
+    assert str(refused.value) == (f"--bucket '{text}': write TARGET:K (a kind or a site, then 1 to {MAX_STEPS} length "
+                                  "buckets), e.g. activations:8")
 
 
 def test_paged_kv_reads_a_page_size_and_an_optional_target():
@@ -101,7 +102,7 @@ def test_a_bad_page_is_refused_in_one_line():
 def test_each_change_has_a_label_and_the_option_that_asks_for_it():
     changes = [parse_scale("activations=1.5"), parse_bucket("gpt.py:34:8"), parse_paged_kv("2MiB"),
                parse_paged_kv("cache.py:append=256KiB")]
-    assert [c.label for c in changes] == ["activations and temporaries ×1.5", "site 'gpt.py:34' in 8 size buckets",
+    assert [c.label for c in changes] == ["activations and temporaries ×1.5", "site 'gpt.py:34' in 8 length buckets",
                                           "KV cache in 2.00 MiB pages", "site 'cache.py:append' in 256.00 KiB pages"]
     assert [c.flag for c in changes] == ["--scale activations=1.5", "--bucket gpt.py:34:8",
                                          f"--paged-kv {2 * MiB}B", f"--paged-kv cache.py:append={256 * KiB}B"]
@@ -109,7 +110,7 @@ def test_each_change_has_a_label_and_the_option_that_asks_for_it():
     for c in changes:  # each option reads back as the change
         option, value = c.flag.split(" ", 1)
         assert parse[option](value) == c
-    assert changes_label(changes[:2]) == "activations and temporaries ×1.5, site 'gpt.py:34' in 8 size buckets"
+    assert changes_label(changes[:2]) == "activations and temporaries ×1.5, site 'gpt.py:34' in 8 length buckets"
     assert what_if_label(None, changes[:1]) == "activations and temporaries ×1.5"
     assert what_if_label("", changes[:1]) == "activations and temporaries ×1.5, under the default settings"
 
@@ -166,32 +167,47 @@ def test_two_scales_multiply_and_a_site_is_text_of_a_frame(mixed):
     assert alloc_sizes(by_function)[6:8] == [10000, 8192]
 
 
-def test_bucket_pads_each_site_s_sizes_to_k_steps_between_its_smallest_and_largest(mixed):
-    shaper, _, after = reshaped(mixed, parse_bucket("activations:4"))
-    # model.py:30: 1000..2000 in steps to 1250, 1500, 1750, 2000; model.py:31: 100..300 to 150, 200, 250, 300
-    assert alloc_sizes(after) == [1250, 1500, 2000, 2000, 150, 300, 5000, 4096, 3 * MiB, 1 * MiB]
-    _, _, one = reshaped(mixed, parse_bucket("model.py:30:1"))
-    assert alloc_sizes(one)[:6] == [2000, 2000, 2000, 2000, 100, 300]
-    _, _, uneven = reshaped(mixed, parse_bucket("kv_cache.py:append:3"))  # 4096..5000 in thirds: 4398, 4699, 5000
-    assert alloc_sizes(uneven)[6:8] == [5000, 4096 + -(-904 // 3)]
-
-
-def test_bucket_after_a_scale_steps_between_the_scaled_sizes(mixed):
-    _, _, after = reshaped(mixed, parse_scale("model.py:30=2"), parse_bucket("model.py:30:4"))
-    # 2000, 2600, 4000, 3998 after the scale: steps to 2500, 3000, 3500, 4000
-    assert alloc_sizes(after)[:6] == [2500, 3000, 4000, 4000, 100, 300]
-    _, _, other_site = reshaped(mixed, parse_scale("model.py:31=2"), parse_bucket("model.py:30:4"))
-    assert alloc_sizes(other_site)[:6] == [1250, 1500, 2000, 2000, 200, 600]  # each change on its own site
-
-
-def test_more_buckets_than_bytes_between_the_sizes_gives_each_size_its_own():
+def lengths_program(extra=()):
+    """Steps of lengths 3, 10, 5, 8: at model.py:30 64·L bytes (a linear family), at model.py:31 4·L² (a
+    quadratic one), 96·L (another linear one) and a 300-byte statistic; the backward's gradients of 64·L and a
+    parameter's 192-byte gradient (192 = 64·3: a parameter's size, so never resized)."""
     p = Program()
-    sizes = [1000, 1001, 1002, 1003]  # edges 1000 + ceil(3j/8), j = 1..8: 1001, 1001, 1002, 1002, 1002, 1003, ...
-    blocks = [p.alloc("fwd", n) for n in sizes]
-    for b in blocks:
-        p.a.free(b)
-    _, _, after = reshaped(p.analysis(), parse_bucket("activations:8"))
-    assert alloc_sizes(after) == [1001, 1001, 1002, 1003]
+    p.alloc("param", 192)
+    for length in (3, 10, 5, 8):
+        blocks = [p.alloc("fwd", 64 * length), p.alloc("fwd2", 4 * length * length), p.alloc("fwd2", 96 * length),
+                  p.alloc("fwd2", 300), p.alloc("bwd", 64 * length), p.alloc("bwd", 192)]
+        for b in blocks:
+            p.a.free(b)
+    return p.analysis("lengths.pickle")
+
+
+def test_bucket_pads_lengths_and_every_size_of_their_families():
+    # lengths 3..10 in 2 buckets: tops 3 + ceil(7/2) = 7 and 10; 3 and 5 go to 7, 10 and 8 to 10
+    shaper, _, after = reshaped(lengths_program(), parse_bucket("activations:2"))
+    assert alloc_sizes(after) == [192] + [
+        64 * 7, 4 * 49, 96 * 7, 300, 192, 192,  # the backward's 64·3 has a parameter's size: left
+        64 * 10, 4 * 100, 96 * 10, 300, 64 * 10, 192,
+        64 * 7, 4 * 49, 96 * 7, 300, 64 * 7, 192,
+        64 * 10, 4 * 100, 96 * 10, 300, 64 * 10, 192]
+    assert shaper.touched(0) == (16 + 3, 64 * 26 + 4 * 198 + 96 * 26 + 300 * 4 + 64 * 23)  # lengths sum to 26
+    note, left = shaper.notes()
+    assert left.startswith("activations and temporaries in 2 length buckets left as recorded 4 of its target's "
+                           "allocations (1.17 KiB)")  # the 300-byte statistics
+    assert note == ("activations and temporaries in 2 length buckets pads lengths, not bytes: 4 lengths seen, 3 to 10, "
+                    "each padded up to the next of the bucket lengths 7, 10 (evenly spaced over the lengths seen); 3 "
+                    "length families (64 B·L, 96 B·L, 4 B·L²); 15 allocations resized, 6.27 KiB → 8.16 KiB, 3 of them of "
+                    "other kinds, of the same families (gradients 3: the backward pass's derivatives, the input batch)")
+
+
+def test_a_site_s_bucket_reads_the_run_s_lengths_and_pads_only_its_own_families():
+    """model.py:31's one stack mixes three sizes' families, so the lengths come from the run's other stacks
+    (model.py:30: 64·L); its families are 4·L² and 96·L, so 64·L (at model.py:30 and the backward) stays."""
+    shaper, _, after = reshaped(lengths_program(), parse_bucket("model.py:31:4"))  # tops 3 + ceil(7j/4): 5, 7, 9, 10
+    assert alloc_sizes(after)[1:7] == [64 * 3, 4 * 25, 96 * 5, 300, 64 * 3, 192]
+    assert alloc_sizes(after)[7:13] == [64 * 10, 4 * 100, 96 * 10, 300, 64 * 10, 192]
+    assert shaper.notes()[1] == ("site 'model.py:31' in 4 length buckets left as recorded 4 of its target's "
+                                 "allocations (1.17 KiB) whose size is in no length family (constants, statistics, "
+                                 "parameters and optimizer state)")
 
 
 def test_a_site_of_one_size_is_left_as_it_is():
@@ -201,6 +217,9 @@ def test_a_site_of_one_size_is_left_as_it_is():
         p.a.free(b)
     shaper, _, after = reshaped(p.analysis(), parse_bucket("activations:4"))
     assert alloc_sizes(after) == [4096, 4096, 700] and shaper.refusal(0) is None
+    assert shaper.notes() == ("activations and temporaries in 4 length buckets found no length family among its "
+                              "target's allocations (no sizes c·L or c·L² for a set of lengths a stack requested): "
+                              "nothing is padded",)
 
 
 def test_paged_kv_splits_each_allocation_into_pages_that_live_as_long(mixed):
@@ -271,7 +290,7 @@ def served():
     ([parse_scale("activations=2")], 4 + 4 + 3 + 10),  # the 4 MiB live before the trace is the start, unchanged
     ([parse_paged_kv("2MiB")], 4 + 2 + 4 + 5),  # 3 MiB in two pages of 2 MiB
     ([parse_scale("activations=2"), parse_paged_kv("2MiB")], 4 + 4 + 4 + 10),
-    ([parse_bucket("activations:1")], 4 + 5 + 3 + 5),  # 2 MiB padded to the site's largest, 5 MiB
+    ([parse_bucket("activations:1")], 4 + 5 + 3 + 5),  # lengths 2 and 5 (MiB) in one bucket: 5 MiB
     ([parse_scale("train.py:update=20")], 4 + 3 + 5 + 20),  # the peak moves to the end
 ])
 def test_the_changed_run_s_peak_requested_is_the_changed_program_s(served, changes, peak):
