@@ -26,14 +26,20 @@ SCALED = "activations and temporaries ×1.5, under expandable_segments:True"  # 
 
 def scaled_peak_requested(path: str, kind: str, factor: float) -> tuple[int, int]:
     """The recorded peak of requested bytes, and the peak once every allocation of `kind` asks for `factor` times
-    its bytes (rounded up): each block's requested bytes counted from its alloc to its free, walking the trace."""
+    its bytes (rounded up): each block's requested bytes counted from its alloc to its free, walking the trace.
+    For activations, the backward pass's copies count too (docs/simulate.md): a gradients allocation of a size
+    the activations requested and no parameter did."""
     snap = load_snapshot(path)
     replay = analyze(snap).replays[0]
     trace = replay.trace
     assert replay.pre_trace_blocks == 0, "the walk starts from an empty device"
     kind_of = StackKinds(snap.stack_frames)
     allocs = trace.action == ALLOC
-    chosen = allocs & np.asarray([kind_of(s) == kind for s in trace.stack.tolist()], bool)
+    kinds = np.asarray([kind_of(s) for s in trace.stack.tolist()], object)
+    chosen = allocs & (kinds == kind)
+    if kind == "activations":
+        copies = set(trace.size[chosen].tolist()) - set(trace.size[allocs & (kinds == "parameters")].tolist())
+        chosen |= allocs & (kinds == "gradients") & np.isin(trace.size, list(copies))
     assert chosen.any()
     scaled = np.where(chosen, np.ceil(trace.size.astype(np.float64) * factor), trace.size).astype(np.int64)
     peaks = []

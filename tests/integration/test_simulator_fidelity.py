@@ -116,7 +116,7 @@ def test_simulate_command_json_shapes(tmp_path):
                           "--device-memory", "80GiB", "--json", "--out", str(sim_file)], capture_output=True, text=True)
     (d,) = json.loads(out.stdout)["devices"]
     keys = {"settings", "peak_reserved_bytes", "peak_allocated_bytes", "peak_requested_bytes", "final_fragmentation",
-            "ooms"}
+            "ooms", "fragmentation_at_peak_reserved"}
     what_if_keys = {"device", "mode", "status", "alloc_conf", "recorded", "baseline", "device_memory", "start",
                     "outcome", "claim", "certain_oom"}
     assert set(d) == what_if_keys | keys and set(d["recorded"]) == keys and set(d["baseline"]) == keys
