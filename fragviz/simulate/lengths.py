@@ -22,6 +22,12 @@ import numpy as np
 
 from fragviz.base.units import format_bytes
 
+MAX_SWITCHES = 0.1  # a share of the family's allocations in order whose length differs from the one before
+MIN_LENGTHS = 3
+MIN_FAMILIES = 2  # one length set seen at two units at least (layers of two widths at one varying length)  # two sizes that share a divisor are no evidence of a length that varies
+MAX_SETS = 64  # the stacks (most allocations first) whose sizes are tried as the run's lengths
+MAX_LENGTHS = 512  # a stack of more distinct sizes suggests no length set (lengths are tried one by one)
+
 
 @dataclass(frozen=True)
 class Family:
@@ -61,7 +67,7 @@ def length_buckets(stacks: np.ndarray, sizes: np.ndarray, target: np.ndarray, st
     for lengths in sorted(candidate_lengths(stacks, sizes)):
         families = find_families(distinct, lengths)
         score = (len(families), sum(count[s] for _, members in families for s in members), -len(lengths))
-        if families and score > best[0]:
+        if len(families) >= MIN_FAMILIES and score > best[0] and steady(sizes, families):
             best = (score, lengths, families)
     _, lengths, families = best
     if not families:
@@ -72,16 +78,36 @@ def length_buckets(stacks: np.ndarray, sizes: np.ndarray, target: np.ndarray, st
     return LengthBuckets(lengths, tops, tuple(f for f, _ in families), padded)
 
 
+def steady(sizes: np.ndarray, families: list[tuple[Family, dict[int, int]]]) -> bool:
+    """Whether the lengths the families read off the run's allocations (in order) hold for stretches, as a length
+    that varies by step does (every tensor of a step has the step's length), rather than change from one allocation
+    to the next, as the widths of a model's layers do (a line shared by layers of several widths, at one fixed
+    length, reads as a length that varies): at most MAX_SWITCHES of the family's allocations change length, or
+    at most two stretches per length (a short run)."""
+    length_of = {size: length for _, members in families for size, length in members.items()}
+    read = np.array([length_of.get(int(x), 0) for x in sizes.tolist()], dtype=np.int64)
+    read = read[read > 0]
+    if len(read) < 2:
+        return False
+    switches = int((read[1:] != read[:-1]).sum())
+    return switches <= MAX_SWITCHES * len(read) or switches <= 2 * len(np.unique(read))
+
+
 def candidate_lengths(stacks: np.ndarray, sizes: np.ndarray) -> set[tuple[int, ...]]:
-    """The length sets the stacks suggest: per stack of two sizes or more, its sizes over their greatest common
+    """The length sets the stacks suggest: per stack of MIN_LENGTHS sizes or more, its sizes over their greatest common
     divisor (and their roots where all are squares: an L² stack). A stack that makes several families (a line
     whose op makes c·L and c·L² tensors) suggests a mixed set, which explains its own sizes as one family, where
     the run's own lengths find each: `length_buckets` keeps the set that finds the most families, then explains
-    the most allocations, then the smallest."""
+    the most allocations, then the smallest. Bounded on any trace: sets of at most MAX_LENGTHS lengths, from the
+    MAX_SETS stacks that made the most allocations."""
+    order = np.argsort(stacks, kind="stable")
+    ordered, by_size = stacks[order], sizes[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    counts = np.diff(np.r_[starts, len(ordered)])
     out: set[tuple[int, ...]] = set()
-    for stack in np.unique(stacks):
-        distinct = np.unique(sizes[stacks == stack])
-        if len(distinct) < 2:
+    for g in np.argsort(-counts, kind="stable")[:MAX_SETS].tolist():
+        distinct = np.unique(by_size[starts[g]:starts[g] + counts[g]])
+        if not MIN_LENGTHS <= len(distinct) <= MAX_LENGTHS:
             continue
         ratios = distinct // np.gcd.reduce(distinct)
         out.add(tuple(int(r) for r in ratios))
@@ -99,8 +125,8 @@ def bucket_tops(lengths: tuple[int, ...], steps: int) -> tuple[int, ...]:
 
 def find_families(sizes: np.ndarray, lengths: tuple[int, ...]) -> list[tuple[Family, dict[int, int]]]:
     """The families among these distinct sizes, each with its sizes' lengths: a unit c (and power) whose c·L**p
-    is among the sizes for at least half the lengths and three (every length, where fewer: two sizes that share a
-    divisor are no family). A size two families could hold goes to the one
+    is among the sizes for at least half the lengths and MIN_LENGTHS (two sizes that share a divisor are no
+    family). A size two families could hold goes to the one
     that holds more lengths (linear first)."""
     seen = np.array(lengths, dtype=np.int64)
     hits: dict[tuple[int, int], dict[int, int]] = {}
@@ -108,7 +134,7 @@ def find_families(sizes: np.ndarray, lengths: tuple[int, ...]) -> list[tuple[Fam
         for power in (1, 2):
             for length in seen[size % seen ** power == 0].tolist():
                 hits.setdefault((power, size // length ** power), {})[size] = length
-    need = min(len(lengths), max(3, -(-len(lengths) // 2)))
+    need = max(MIN_LENGTHS, -(-len(lengths) // 2))
     found = sorted(((k, v) for k, v in hits.items() if len(v) >= need), key=lambda kv: (-len(kv[1]), kv[0]))
     taken: set[int] = set()
     out = []

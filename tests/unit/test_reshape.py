@@ -290,7 +290,8 @@ def served():
     ([parse_scale("activations=2")], 4 + 4 + 3 + 10),  # the 4 MiB live before the trace is the start, unchanged
     ([parse_paged_kv("2MiB")], 4 + 2 + 4 + 5),  # 3 MiB in two pages of 2 MiB
     ([parse_scale("activations=2"), parse_paged_kv("2MiB")], 4 + 4 + 4 + 10),
-    ([parse_bucket("activations:1")], 4 + 5 + 3 + 5),  # lengths 2 and 5 (MiB) in one bucket: 5 MiB
+    # two sizes (2 and 5 MiB) are no evidence of a length that varies: nothing is padded, and the note says so
+    ([parse_bucket("activations:1")], 4 + 2 + 3 + 5),
     ([parse_scale("train.py:update=20")], 4 + 3 + 5 + 20),  # the peak moves to the end
 ])
 def test_the_changed_run_s_peak_requested_is_the_changed_program_s(served, changes, peak):
@@ -356,3 +357,17 @@ def test_a_request_too_big_for_the_device_is_certain_only_for_the_recorded_workl
     assert plain.certain_oom is not None and plain.certain_oom.request_bytes == 30 * MiB
     (halved,) = simulate_device(analysis, 0, [("halved", DEFAULT)], 25 * MiB, changes=[parse_scale("activations=0.5")])
     assert halved.status == "simulated" and halved.certain_oom is None and halved.given.oom_count == 0
+
+
+def test_a_line_shared_by_layers_of_several_widths_is_no_varying_length():
+    # one fixed length, layers of widths 1, 2, 3 and 5 (×4 KiB) taking turns, ten times over: every size shares
+    # the unit and reads as lengths 1, 2, 3, 5 at two units, but the "length" changes at every allocation
+    p = Program()
+    for _ in range(10):
+        for width in (1, 2, 3, 5):
+            a, b = p.alloc("fwd", width * 4 * KiB), p.alloc("fwd", width * 8 * KiB)
+            p.a.free(a)
+            p.a.free(b)
+    shaper, before, after = reshaped(p.analysis("widths.pickle"), parse_bucket("activations:2"))
+    assert alloc_sizes(after) == alloc_sizes(before)  # nothing padded
+    assert "found no length family" in shaper.notes()[0]
