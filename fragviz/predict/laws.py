@@ -34,7 +34,6 @@ CONSTANT, LINEAR, QUADRATIC, POWER = "constant", "linear", "quadratic", "power"
 AFFINE, AFFINE_POWER, POLYNOMIAL, CLAMPED = "affine", "affine power", "polynomial", "clamped"
 LAWS = (CONSTANT, LINEAR, QUADRATIC, AFFINE, POWER, AFFINE_POWER, POLYNOMIAL, CLAMPED)
 PURE = {CONSTANT: 0, LINEAR: 1, QUADRATIC: 2}  # the exponent of each pure law
-EXPONENTS = PURE
 TOLERANCE = 0.01  # relative: sizes within 1 % of a law follow it (a few bytes of header or alignment)
 MAX_EXPONENT = 4.0  # a fitted power is held within [-MAX_EXPONENT, MAX_EXPONENT]
 MAX_BYTES = 1 << 62  # a predicted size is held below this: int64 holds it (beyond, the cast wraps negative)
