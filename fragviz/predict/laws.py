@@ -79,32 +79,41 @@ class Laws:
 
     def at(self, target: float) -> np.ndarray:
         """Each allocation's bytes at knob `target` under its chosen law (int64, at least 1)."""
+        return _bytes(self.raw_at(target))
+
+    def bounds_at(self, target: float) -> tuple[np.ndarray, np.ndarray]:
+        """Each allocation's lowest and highest bytes at `target` under the laws its recordings allow."""
+        low, high = self.raw_bounds_at(target)
+        return _bytes(low), _bytes(high)
+
+    def raw_at(self, target: float) -> np.ndarray:
+        """Each row's value at `target` under its chosen law, unrounded and unclipped (a fitted quantity that is
+        no size, such as a growth per step, may be 0 or below)."""
         predicted = np.empty(len(self.law))
         for name, fit in self.fits.items():
             rows = self.law == name
             if rows.any():
                 predicted[rows] = fit.at(target)[rows]
-        return _bytes(predicted)
+        return predicted
 
-    def bounds_at(self, target: float) -> tuple[np.ndarray, np.ndarray]:
-        """Each allocation's lowest and highest bytes at `target` under the laws its recordings allow."""
-        low = np.full(len(self.law), np.inf)
-        high = np.full(len(self.law), -np.inf)
+    def raw_bounds_at(self, target: float) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's lowest and highest value at `target` under the laws its recordings allow (the chosen one
+        among them; a law with no value there, past float's range, is passed over), unrounded and unclipped."""
+        point = self.raw_at(target)
+        low, high = point.copy(), point.copy()
         for column, name in enumerate(LAWS):
             rows = self.plausible[:, column]
             if rows.any() and name in self.fits:
                 values = self.fits[name].at(target)[rows]
-                low[rows] = np.minimum(low[rows], values)
-                high[rows] = np.maximum(high[rows], values)
+                low[rows], high[rows] = np.fmin(low[rows], values), np.fmax(high[rows], values)
         if self.spread is not None:
             rows = ~np.isnan(self.spread[0])
             k = int(np.argmax(self.knobs))
             values = self.sizes[rows, k] * (target / self.knobs[k]) ** self.spread[0][rows]
-            low[rows] = np.minimum(low[rows], values)
+            low[rows] = np.fmin(low[rows], values)
             values = self.spread[2][rows] * (target / self.knobs[k]) ** self.spread[1][rows]
-            high[rows] = np.maximum(high[rows], values)
-        point = self.at(target).astype(np.float64)
-        return _bytes(np.minimum(low, point)), _bytes(np.maximum(high, point))
+            high[rows] = np.fmax(high[rows], values)
+        return low, high
 
     @property
     def ambiguous(self) -> np.ndarray:

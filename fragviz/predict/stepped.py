@@ -16,7 +16,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from fragviz.predict.forecast import Plan, unmatched_of
-from fragviz.predict.laws import LAWS, TOLERANCE, Laws, fit_laws
+from fragviz.predict.laws import TOLERANCE, Laws, fit_laws
 from fragviz.predict.match import align
 from fragviz.predict.runs import as_number
 from fragviz.predict.steps import CountLaw, Loop, StepSizes, find_loop, fit_count, step_sizes
@@ -59,10 +59,10 @@ class StepPlan(Plan):
         return Plan.site_of(self, key)
 
     def sizes_at(self, target: float) -> np.ndarray:
-        return self._sizes(target, self.count.at(target), _raw_at(self.body, target), self.laws.at(target))
+        return self._sizes(target, self.count.at(target), self.body.raw_at(target), self.laws.at(target))
 
     def bounds_at(self, target: float) -> tuple[np.ndarray, np.ndarray]:
-        (low_n, high_n), (low, high) = self.count.bounds_at(target), _raw_bounds(self.body, target)
+        (low_n, high_n), (low, high) = self.count.bounds_at(target), self.body.raw_bounds_at(target)
         low_out, high_out = self.laws.bounds_at(target)
         return self._sizes(target, low_n, low, low_out), self._sizes(target, high_n, high, high_out)
 
@@ -108,28 +108,6 @@ def _grid(body: np.ndarray, steps: int, follows_line: tuple[np.ndarray, np.ndarr
     if steps > 1:
         grid[-1] = np.where(follows_line[1], grid[-1], last)
     return np.clip(np.rint(np.nan_to_num(grid, nan=1.0)), 1, 1 << 62).astype(np.int64)
-
-
-def _raw_at(laws: Laws, target: float) -> np.ndarray:
-    """Each row at `target` under its chosen law, unrounded and unclipped (a growth may be 0 or below)."""
-    out = np.zeros(len(laws.law))
-    for name, fit in laws.fits.items():
-        rows = laws.law == name
-        if rows.any():
-            out[rows] = fit.at(target)[rows]
-    return out
-
-
-def _raw_bounds(laws: Laws, target: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's lowest and highest value at `target` under the laws its recordings allow, unclipped."""
-    point = _raw_at(laws, target)
-    low, high = point.copy(), point.copy()
-    for column, name in enumerate(LAWS):
-        rows = laws.plausible[:, column]
-        if rows.any() and name in laws.fits:
-            values = np.nan_to_num(laws.fits[name].at(target)[rows], nan=0.0)
-            low[rows], high[rows] = np.minimum(low[rows], values), np.maximum(high[rows], values)
-    return low, high
 
 
 def loop_ops(base: RecordedWorkload, loop: Loop, refs: np.ndarray, steps: int, sizes: list[int]) -> Iterator[Op]:
