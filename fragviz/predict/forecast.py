@@ -117,24 +117,7 @@ def plan(workloads: Sequence[RecordedWorkload], knobs: Sequence[float], target: 
     base = workloads[t]
     refuse_repeats(workloads, knobs)
     total = sum(int(w.sizes.sum()) for w in workloads) or 1
-    columns = np.zeros((len(base.sizes), len(knobs)), np.int64)
-    columns[:, t] = base.sizes
-    found = np.ones(len(base.sizes), bool)
-    lost: dict[int, np.ndarray] = {}
-    for c, w in enumerate(workloads):
-        if c == t:
-            continue
-        # the limit is on bytes, judged below; the match only stops early where half the allocations went
-        # unmatched (the search would only cost time there)
-        pairs = align(w.symbols, base.symbols, give_up_after=(len(w.sizes) + len(base.sizes)) // 2)
-        here = np.zeros(len(base.sizes), bool)
-        here[pairs[:, 1]] = True
-        columns[pairs[:, 1], c] = w.sizes[pairs[:, 0]]
-        found &= here
-        mine = np.ones(len(w.sizes), bool)
-        mine[pairs[:, 0]] = False
-        lost[c] = mine
-    lost[t] = ~found
+    columns, found, lost = match_to_template(workloads, [np.arange(len(w.sizes)) for w in workloads], t, True)
     unmatched = unmatched_of(workloads, knobs, lost, total)
     if unmatched.share > min(max_unmatched, MAX_UNMATCHED) and growing_counts(workloads, knobs, [s.site for s in
                                                                                      unmatched.sites]):
@@ -146,6 +129,38 @@ def plan(workloads: Sequence[RecordedWorkload], knobs: Sequence[float], target: 
         raise PredictionRefused(too_different(workloads, knobs, unmatched, max_unmatched))
     sites = [s for s, m in zip(base.sites, found.tolist()) if m]
     return Plan(tuple(workloads), knobs, t, found, fit_laws(knobs, columns[found], _site_ids(sites)), unmatched)
+
+
+def match_to_template(workloads: Sequence[RecordedWorkload], indices: Sequence[np.ndarray], template: int,
+                      give_up: bool = False) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+    """The allocations `indices` picks in each recording matched with the template's: their sizes (one row per
+    template allocation picked, one column per recording), which of those every recording matched, and per
+    recording a mask over all its allocations of those picked and left unmatched. `give_up`: a match stops early
+    where half the allocations went unmatched (the limit is on bytes, judged by the caller; past that the search
+    would only cost time)."""
+    base, mine = workloads[template], indices[template]
+    base_symbols = [base.symbols[i] for i in mine.tolist()]
+    columns = np.zeros((len(mine), len(workloads)), np.int64)
+    columns[:, template] = base.sizes[mine]
+    found = np.ones(len(mine), bool)
+    lost: dict[int, np.ndarray] = {}
+    for c, (w, idx) in enumerate(zip(workloads, indices)):
+        if c == template:
+            continue
+        limit = (len(idx) + len(mine)) // 2 if give_up else None
+        pairs = align([w.symbols[i] for i in idx.tolist()], base_symbols, give_up_after=limit)
+        here = np.zeros(len(mine), bool)
+        here[pairs[:, 1]] = True
+        columns[pairs[:, 1], c] = w.sizes[idx[pairs[:, 0]]]
+        found &= here
+        mask = np.zeros(len(w.sizes), bool)
+        mask[idx] = True
+        mask[idx[pairs[:, 0]]] = False
+        lost[c] = mask
+    mask = np.zeros(len(base.sizes), bool)
+    mask[mine[~found]] = True
+    lost[template] = mask
+    return columns, found, lost
 
 
 def _site_ids(sites: Sequence[str]) -> list[int]:

@@ -15,9 +15,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from fragviz.predict.forecast import Plan, unmatched_of
+from fragviz.predict.forecast import Plan, match_to_template, unmatched_of
 from fragviz.predict.laws import TOLERANCE, Laws, fit_laws
-from fragviz.predict.match import align
 from fragviz.predict.runs import as_number
 from fragviz.predict.steps import CountLaw, Loop, StepSizes, find_loop, fit_count, step_sizes
 from fragviz.predict.workload import PredictionRefused, RecordedWorkload
@@ -246,7 +245,7 @@ def stepped_plan(workloads: Sequence[RecordedWorkload], knobs: tuple[float, ...]
         return None
     base, mine = workloads[template], loops[template]
     theirs = [outside(w, loop) for w, loop in zip(workloads, loops)]
-    columns, found, lost = _match_outside(workloads, theirs, template)
+    columns, found, lost = match_to_template(workloads, theirs, template)
     total = sum(int(w.sizes.sum()) for w in workloads) or 1
     unmatched = unmatched_of(workloads, knobs, lost, total)
     if unmatched.share > max_unmatched:
@@ -260,34 +259,6 @@ def stepped_plan(workloads: Sequence[RecordedWorkload], knobs: tuple[float, ...]
     site = base.sites[mine.start + int(np.argmax(grid))]
     return StepPlan(tuple(workloads), knobs, template, matched, laws, unmatched, mine, rows_outside, found,
                     body, on_line(steps, loops), count, op_refs(base), site)
-
-
-def _match_outside(workloads: Sequence[RecordedWorkload], theirs: Sequence[np.ndarray],
-                   template: int) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
-    """The allocations outside the loops matched with the template's: their sizes (one column per recording),
-    which of the template's every recording matched, and per recording its allocations left unmatched."""
-    base, mine = workloads[template], theirs[template]
-    base_symbols = [base.symbols[i] for i in mine.tolist()]
-    columns = np.zeros((len(mine), len(workloads)), np.int64)
-    columns[:, template] = base.sizes[mine]
-    found = np.ones(len(mine), bool)
-    lost: dict[int, np.ndarray] = {}
-    for c, (w, idx) in enumerate(zip(workloads, theirs)):
-        if c == template:
-            continue
-        pairs = align([w.symbols[i] for i in idx.tolist()], base_symbols)
-        here = np.zeros(len(mine), bool)
-        here[pairs[:, 1]] = True
-        columns[pairs[:, 1], c] = w.sizes[idx[pairs[:, 0]]]
-        found &= here
-        mask = np.zeros(len(w.sizes), bool)
-        mask[idx] = True
-        mask[idx[pairs[:, 0]]] = False
-        lost[c] = mask
-    mask = np.zeros(len(base.sizes), bool)
-    mask[mine[~found]] = True
-    lost[template] = mask
-    return columns, found, lost
 
 
 def _report_laws(workloads: Sequence[RecordedWorkload], loops: Sequence[Loop], template: int,
