@@ -177,7 +177,8 @@ class SimulatedDevice:
         return self.stacks.intern_keys(fs for fs in stack if not any(s in fs[0] for s in _SKIP_FILES))
 
     def _oom_message(self, nbytes: int) -> str:
-        """PyTorch's own message (c10's modern format), with the simulated device's figures and a last word saying so."""
+        """PyTorch's own message (c10's modern format), with the simulated device's figures and a last word saying
+        so."""
         a, size = self.alloc, torch_format_size
         alloc_size = allocation_size(round_size(nbytes, a.settings))
         return (f"CUDA out of memory. Tried to allocate {size(alloc_size)}. GPU 0 has a total capacity of "

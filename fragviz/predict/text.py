@@ -92,7 +92,8 @@ def fit_text(knob: str, answers: Sequence[FitAnswer], p: Prediction | None = Non
             lines.append(f"under {settings}: every {knob} up to {a.largest} fits {fb(a.device_memory_bytes)}")
         else:
             lines.append(f"under {settings}: the largest {knob} that fits {fb(a.device_memory_bytes)} is {a.largest} "
-                         f"(peak reserved {fb(a.run.peak_reserved_bytes)}); {_fails_at(a.first_failing, a.failing_run)}")
+                         f"(peak reserved {fb(a.run.peak_reserved_bytes)}); "
+                         f"{_fails_at(a.first_failing, a.failing_run)}")
     return "\n".join(lines)
 
 

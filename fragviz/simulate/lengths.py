@@ -23,8 +23,8 @@ import numpy as np
 from fragviz.base.units import format_bytes
 
 MAX_SWITCHES = 0.1  # a share of the family's allocations in order whose length differs from the one before
-MIN_LENGTHS = 3
-MIN_FAMILIES = 2  # one length set seen at two units at least (layers of two widths at one varying length)  # two sizes that share a divisor are no evidence of a length that varies
+MIN_LENGTHS = 3  # two sizes that share a divisor are no evidence of a length that varies
+MIN_FAMILIES = 2  # one length set seen at two units at least (layers of two widths at one varying length)
 MAX_SETS = 64  # the stacks (most allocations first) whose sizes are tried as the run's lengths
 MAX_LENGTHS = 512  # a stack of more distinct sizes suggests no length set (lengths are tried one by one)
 
@@ -167,7 +167,7 @@ def bucket_notes(label: str, buckets: LengthBuckets, target: np.ndarray, buckete
     left = target & ~bucketed
     if left.any():
         out.append(f"{label} left as recorded {int(left.sum())} of its target's allocations "
-                   f"({format_bytes(int(sizes[left].sum()))}) whose size is in no length family (constants, statistics, "
-                   "parameters and optimizer state)")
+                   f"({format_bytes(int(sizes[left].sum()))}) whose size is in no length family (constants, "
+                   "statistics, parameters and optimizer state)")
     return out
 

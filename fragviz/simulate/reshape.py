@@ -131,7 +131,9 @@ class Reshaper:
         self._ties = [self._layer_tie(i, trace) for i in range(len(self.changes))]
         self._sized = [self._tie_sizes(c, tie) for c, tie in zip(self.changes, self._ties)]
         self._param_sizes = frozenset(int(s) for s in self._sizes[self._kinds == PARAMETERS])
+        self._allow = [self._allowed(i) if c.how == BUCKET else None for i, c in enumerate(self.changes)]
         self._buckets = [self._length_buckets(i) if c.how == BUCKET else None for i, c in enumerate(self.changes)]
+        self._made: dict[str, list[int]] = {}  # by kind: allocations and bytes the changed workload made (__call__)
 
     def _layer_tie(self, i: int, trace: Trace) -> LayerTie | None:
         """The layer a site's scale widens (fragviz.simulate.layers), where the site made activations; None for a
@@ -203,7 +205,7 @@ class Reshaper:
             mine = self._kinds == kind
             if (mine & touched).any():
                 # as the simulation made them (a paged cache that grows takes over its pages), else as computed
-                made = getattr(self, "_made", {}).get(kind) or [int(count[mine].sum()), int(sizes[mine].sum())]
+                made = self._made.get(kind) or [int(count[mine].sum()), int(sizes[mine].sum())]
                 out.append({"kind": kind, "allocations_before": int(mine.sum()),
                             "bytes_before": int(self._sizes[mine].sum()), "allocations_after": made[0],
                             "bytes_after": made[1]})
@@ -270,21 +272,21 @@ class Reshaper:
         return True
 
     def _allowed(self, i: int) -> np.ndarray:
-        """Which of the trace's allocations bucket i may resize (`_may_bucket`)."""
-        grads = (self._kinds == GRADIENTS) & ~np.isin(self._sizes, list(self._param_sizes))
-        return ~np.isin(self._kinds, [k for k in _LAYER_KINDS if k != self.changes[i].target]) | grads
+        """Which of the trace's allocations bucket i may resize (`_may_bucket`, the one rule, as the ops see it)."""
+        return np.fromiter((self._may_bucket(i, kind, int(size)) for kind, size in zip(self._kinds, self._sizes)),
+                           bool, len(self._sizes))
 
     def _length_buckets(self, i: int) -> LengthBuckets:
         """Change i's length families (fragviz.simulate.lengths) among its target's allocations that it may
         resize, the lengths read from every allocation it may resize, as the changes before it (a scale) left
         their sizes."""
-        allowed = self._allowed(i)
+        allowed = self._allow[i]
         mine = np.isin(self._stacks, list(self._chosen[i]))[allowed]
         return length_buckets(self._stacks[allowed], self._sizes_before(i)[allowed], mine, self.changes[i].steps)
 
     def _bucketed(self, i: int) -> np.ndarray:
         """The trace's allocations bucket i resizes: those it may, whose size is of one of its length families."""
-        return self._allowed(i) & np.isin(self._sizes_before(i), list(self._buckets[i].padded))
+        return self._allow[i] & np.isin(self._sizes_before(i), list(self._buckets[i].padded))
 
     def _sizes_before(self, i: int) -> np.ndarray:
         """The trace's allocations' sizes once the scales before change i have applied."""
@@ -297,7 +299,7 @@ class Reshaper:
 
     def __call__(self, ops: Iterator[Op]) -> Iterator[Op]:
         """The workload changed (`_changed`), each allocation it makes counted by kind (`by_kind`)."""
-        self._made: dict[str, list[int]] = {}
+        self._made = {}
         for op in self._changed(ops):
             if op.kind == "alloc":
                 made = self._made.setdefault(self._kind_of(op.stack), [0, 0])

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from fragviz.replay.analysis import Analysis
-from fragviz.simulate.records import (CANNOT_ANSWER, GETS_PAST, UNKNOWN, CertainOom, DeviceMemory, DeviceWhatIf, FollowResult,
-                                      OomAt, Reservation, RunFigures, WhatIfResult)
+from fragviz.simulate.records import (CANNOT_ANSWER, GETS_PAST, UNKNOWN, CertainOom, DeviceMemory, DeviceWhatIf,
+                                      FollowResult, OomAt, Reservation, RunFigures, WhatIfResult)
 from fragviz.base.units import format_bytes
 
 _MEMORY_SOURCES = {"given": "as given", "the first recorded OOM": "reserved + device free at the first recorded OOM"}
@@ -47,12 +47,14 @@ def ooms_text(ooms: tuple[OomAt, ...], known: bool = True, until_recording_ends:
     return "no OOM up to the end of the recording" if until_recording_ends else "no OOM"
 
 
-def run_line(label: str, run: RunFigures, known: bool = True, width: int = 34, until_recording_ends: bool = False) -> str:
+def run_line(label: str, run: RunFigures, known: bool = True, width: int = 34,
+             until_recording_ends: bool = False) -> str:
     capacity = run.device_memory_bytes
     of = f" of {format_bytes(capacity)}" if capacity else ""
     return (f"  {label:<{width}} peak reserved {format_bytes(run.peak_reserved_bytes)}{of}, peak requested "
             f"{format_bytes(run.peak_requested_bytes)}, peak allocated {format_bytes(run.peak_allocated_bytes)}, "
-            f"fragmentation {_at_peak(run)}final {run.final_fragmentation:.1%}: {ooms_text(run.ooms, known, until_recording_ends)}")
+            f"fragmentation {_at_peak(run)}final {run.final_fragmentation:.1%}: "
+            f"{ooms_text(run.ooms, known, until_recording_ends)}")
 
 
 def _at_peak(run: RunFigures) -> str:

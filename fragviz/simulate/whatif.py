@@ -24,14 +24,16 @@ from fragviz.model.metrics import fragmentation, state_figures
 from fragviz.model import ALLOC, OOM
 from fragviz.simulate.freerun import FreeRunResult, free_run
 from fragviz.simulate.reshape import CodeChange, Reshaper, changes_label
-from fragviz.simulate.records import (AVOIDS_OOM, CANNOT_ANSWER, GETS_PAST, NO_OOM, SIMULATED, STILL_OOMS, UNKNOWN, CertainOom,
-                                      DeviceMemory, DeviceWhatIf, OomAt, RunFigures, StartState, WhatIfResult)
+from fragviz.simulate.records import (AVOIDS_OOM, CANNOT_ANSWER, GETS_PAST, NO_OOM, SIMULATED, STILL_OOMS, UNKNOWN,
+                                      CertainOom, DeviceMemory, DeviceWhatIf, OomAt, RunFigures, StartState,
+                                      WhatIfResult)
 from fragviz.base.units import format_bytes as fb
 
-__all__ = ["AVOIDS_OOM", "CANNOT_ANSWER", "GETS_PAST", "NO_OOM", "SIMULATED", "STILL_OOMS", "UNKNOWN", "DeviceMemory",
-           "DeviceWhatIf", "NothingToSimulate", "WhatIfResult", "certain_oom", "device_memory", "ends_at_failure", "judge",
-           "nothing_to_follow", "nothing_to_simulate", "recorded_capacity", "recorded_run", "refusal", "refusal_for",
-           "reshaper", "run_free", "simulate_device", "simulated_snapshot", "start_state", "what_if", "what_if_label"]
+__all__ = ["AVOIDS_OOM", "CANNOT_ANSWER", "GETS_PAST", "NO_OOM", "SIMULATED", "STILL_OOMS", "UNKNOWN",
+           "DeviceMemory", "DeviceWhatIf", "NothingToSimulate", "WhatIfResult", "certain_oom", "device_memory",
+           "ends_at_failure", "judge", "nothing_to_follow", "nothing_to_simulate", "recorded_capacity",
+           "recorded_run", "refusal", "refusal_for", "reshaper", "run_free", "simulate_device", "simulated_snapshot",
+           "start_state", "what_if", "what_if_label"]
 Progress = Callable[[float], None]  # the share of the work done, 0 to 1
 # The recording goes on past its last OOM only where the program then made at least this share of the trace's
 # allocations: an exception's unwinding only frees, and a handler that logs and exits allocates little, while a

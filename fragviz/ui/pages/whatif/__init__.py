@@ -19,7 +19,8 @@ from fragviz.base.errors import FragvizError, public_message
 from fragviz.store.records import Summary
 from fragviz.simulate.records import RunFigures
 from fragviz.simulate.reshape import CodeChange
-from fragviz.simulate.whatif import GETS_PAST, SIMULATED, UNKNOWN, DeviceWhatIf, refusal_for, simulate_device, what_if_label
+from fragviz.simulate.whatif import (GETS_PAST, SIMULATED, UNKNOWN, DeviceWhatIf, refusal_for, simulate_device,
+                                    what_if_label)
 from fragviz.ui import ids
 from fragviz.ui.figures.whatif import overlay_figure
 from fragviz.ui.data.code_changes import code_changes
@@ -150,8 +151,8 @@ def _result_panel(d: DeviceWhatIf) -> html.Div:
             (f"simulated, {d.label}", d.given, known, past)]
     table = html.Table(className="fv-whatif-table", children=[
         html.Thead(html.Tr([html.Th(h) for h in ("run", "peak reserved", "peak requested", "OOMs")])),
-        html.Tbody([html.Tr([html.Td(name), html.Td(fb(r.peak_reserved_bytes)),
-                             html.Td(fb(r.peak_requested_bytes)), html.Td(_ooms(r, k, p))]) for name, r, k, p in rows])])
+        html.Tbody([html.Tr([html.Td(name), html.Td(fb(r.peak_reserved_bytes)), html.Td(fb(r.peak_requested_bytes)),
+                             html.Td(_ooms(r, k, p))]) for name, r, k, p in rows])])
     memory = (f"Device size {fb(d.memory.bytes)} ({d.memory.source})." if known else
               "Device size unknown: give one above to ask about OOMs.")
     claim = html.P([html.Strong("Cannot tell: " if d.outcome == UNKNOWN else "Result: "), d.claim, "."],
