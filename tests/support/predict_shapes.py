@@ -9,14 +9,15 @@ held against (tests/integration/test_predict_shapes.py, bench/bench_predict.py).
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import pickle
 import subprocess
 import sys
 from dataclasses import dataclass
 
+from fragviz.model import OOM
+from fragviz.snapshot import load_snapshot
+from fragviz.snapshot.loader import read_raw
 from tests.support.helpers import ROOT
 
 DATA = os.path.join(ROOT, "tests", "data", "predict_shapes")
@@ -88,8 +89,7 @@ def keep_last_entries(path: str, keep: int) -> None:
     --max-entries` has, but serves its snapshots over HTTP)."""
     from fragviz.allocator.recorder import write_snapshot
 
-    with gzip.open(path, "rb") as fh:
-        data = pickle.load(fh)
+    data = read_raw(path).data  # fragviz's safe loader, as any snapshot is read
     trace = data["device_traces"][0]
     if len(trace) <= keep:
         raise ValueError(f"{path}: its trace has {len(trace)} entries, not more than {keep}: nothing is cut")
@@ -120,10 +120,10 @@ def predict(shape: Shape, count: int, *extra: str, where: str = DATA) -> Predict
 
 
 def out_of_memory(path: str) -> bool:
-    """Whether a recording ran out of memory (its trace holds an OOM event, as the allocator model writes it)."""
-    with gzip.open(path, "rb") as fh:
-        data = pickle.load(fh)
-    return any(e["action"] == "oom" for trace in data["device_traces"] for e in trace)
+    """Whether a recording ran out of memory (its trace holds an OOM event, as the allocator model writes it),
+    read through fragviz's safe loader."""
+    snapshot = load_snapshot(path)
+    return any(bool((snapshot.trace_of(d).action == OOM).any()) for d in snapshot.devices())
 
 
 if __name__ == "__main__":
